@@ -1,0 +1,15 @@
+# caf_collective_add_doctest(<target> SOURCES ... LIBS ... [LABELS ...])
+#
+# Builds a doctest executable and registers one CTest per test case, so a
+# failure names the case and cases run in parallel. doctest's own
+# doctest_discover_tests lists the cases at build time.
+include("${doctest_DIR}/doctest.cmake")
+
+function(caf_collective_add_doctest target)
+  cmake_parse_arguments(arg "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${target} ${arg_SOURCES})
+  target_link_libraries(${target} PRIVATE doctest::doctest ${arg_LIBS})
+  target_compile_definitions(${target} PRIVATE DOCTEST_CONFIG_SUPER_FAST_ASSERTS)
+  doctest_discover_tests(${target} TEST_PREFIX "${target}: "
+                         PROPERTIES LABELS "${arg_LABELS}" TIMEOUT 300)
+endfunction()

@@ -1,0 +1,155 @@
+// A group as one member sees it: its rank, its backend and its lane.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <caf/error.hpp>
+
+#include "caf_collective/backend.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/options.hpp"
+#include "caf_collective/rendezvous.hpp"
+#include "caf_collective/tensor.hpp"
+#include "caf_collective/work.hpp"
+
+namespace caf_collective {
+
+namespace detail {
+class lane;
+} // namespace detail
+
+/// How one member joins a group.
+struct group_config {
+  /// Group name: unique per member; prefixes every rendezvous key.
+  std::string name;
+  /// Number of members, >= 1.
+  int world_size = 0;
+  /// This member's rank in [0, world_size).
+  int rank = -1;
+  /// "gloo", "nccl", or "auto" (nccl for CUDA work when built with it,
+  /// else gloo).
+  std::string backend = "gloo";
+  /// Where the members find each other; must be shared by all of them.
+  rendezvous_store_ptr store;
+  /// Deadline of group formation and default deadline of each operation.
+  milliseconds timeout = std::chrono::seconds{30};
+  /// Address this member's Gloo device binds to and advertises; empty:
+  /// $CAF_COLLECTIVE_HOSTNAME, else 127.0.0.1.
+  std::string hostname;
+  /// NCCL: the CUDA device this member uses.
+  int cuda_device = 0;
+};
+
+/// One member's handle to one group. Operations are validated in the
+/// caller's thread (a bad argument fails at once, nothing is sent), then
+/// queued on the group's lane and run there strictly in submission order,
+/// which is the sequence order. Every method returns immediately with a
+/// `work` handle; the blocking API waits on it.
+///
+/// A timeout or transport failure breaks the group: every later operation
+/// fails with errc::aborted naming the first failure. Argument errors do
+/// not break it.
+class group : public std::enable_shared_from_this<group> {
+public:
+  /// Validates `cfg` and starts forming the group on a new lane. The
+  /// returned work completes once every rank has connected, or fails with
+  /// timeout / backend_error; operations submitted meanwhile queue behind
+  /// it.
+  static caf::expected<std::shared_ptr<group>> make(group_config cfg,
+                                                    work* formed = nullptr);
+
+  /// make() and wait for formation: blocks the calling thread.
+  static caf::expected<std::shared_ptr<group>> create(group_config cfg);
+
+  /// Drains queued operations, then tears the backend down.
+  ~group();
+
+  group(const group&) = delete;
+  group& operator=(const group&) = delete;
+
+  const std::string& name() const noexcept {
+    return cfg_.name;
+  }
+
+  int rank() const noexcept {
+    return cfg_.rank;
+  }
+
+  int world_size() const noexcept {
+    return cfg_.world_size;
+  }
+
+  const std::string& backend_name() const noexcept {
+    return cfg_.backend;
+  }
+
+  milliseconds default_timeout() const noexcept {
+    return cfg_.timeout;
+  }
+
+  /// Whether an earlier failure broke this group.
+  bool broken() const noexcept {
+    return broken_.load();
+  }
+
+  /// The first failure that broke the group (none if not broken).
+  caf::error broken_reason() const;
+
+  work send(const tensor_view& in, send_options opts);
+  work recv(const tensor_view& out, recv_options opts);
+  work broadcast(const tensor_view& in, const tensor_view& out,
+                 broadcast_options opts = {});
+  work reduce(const tensor_view& in, const tensor_view& out,
+              reduce_options opts = {});
+  work allreduce(const tensor_view& in, const tensor_view& out,
+                 allreduce_options opts = {});
+  work allgather(const tensor_view& in, const tensor_view& out,
+                 allgather_options opts = {});
+  work allgatherv(const tensor_view& in, const tensor_view& out,
+                  allgatherv_options opts);
+  work gather(const tensor_view& in, const tensor_view& out,
+              gather_options opts = {});
+  work scatter(const tensor_view& in, const tensor_view& out,
+               scatter_options opts = {});
+  work reduce_scatter(const tensor_view& in, const tensor_view& out,
+                      reduce_scatter_options opts = {});
+  work alltoall(const tensor_view& in, const tensor_view& out,
+                alltoall_options opts = {});
+  work alltoallv(const tensor_view& in, const tensor_view& out,
+                 alltoallv_options opts);
+  work barrier(barrier_options opts = {});
+
+  /// Fails the running and every queued operation and breaks the group.
+  /// Safe from any thread (the actor layer calls it when a peer dies).
+  void abort(std::string why);
+
+  /// The context errors of this member carry.
+  error_context context(op_kind op, int64_t seq) const noexcept;
+
+private:
+  explicit group(group_config cfg);
+
+  template <class Fn>
+  work submit(op_kind op, caf::error validation, Fn body);
+
+  void break_with(const caf::error& err);
+
+  group_config cfg_;
+  std::unique_ptr<detail::lane> lane_;
+  backend_ptr backend_; // created and used on the lane only
+  std::mutex backend_mtx_; // guards backend_ against abort() from outside
+  std::atomic<bool> broken_{false};
+  mutable std::mutex broken_mtx_;
+  caf::error broken_reason_;
+  uint64_t next_seq_ = 0; // guarded by submit_mtx_
+  std::mutex submit_mtx_;
+};
+
+using group_ptr = std::shared_ptr<group>;
+
+} // namespace caf_collective

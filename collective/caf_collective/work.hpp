@@ -1,0 +1,55 @@
+// The completion handle of an asynchronous operation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <caf/error.hpp>
+
+namespace caf_collective {
+
+namespace detail {
+class work_state;
+} // namespace detail
+
+/// Completion handle of one submitted operation. Copies share the state.
+/// The buffers an operation uses must stay alive until it has completed.
+class work {
+public:
+  using callback = std::function<void(const caf::error&)>;
+
+  work() = default;
+  explicit work(std::shared_ptr<detail::work_state> state);
+
+  /// A handle that is complete already, with `err` (none: success).
+  static work completed(uint64_t seq, caf::error err);
+
+  /// The group sequence number the operation runs under.
+  uint64_t seq() const noexcept;
+
+  bool valid() const noexcept {
+    return state_ != nullptr;
+  }
+
+  /// Whether the operation has finished (successfully or not).
+  bool ready() const;
+
+  /// Blocks the calling thread until the operation finished; returns its
+  /// error (none on success). Never call this from a CAF scheduler thread.
+  caf::error wait() const;
+
+  /// Waits at most `timeout`; returns whether the operation finished.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+
+  /// Runs `fn` once the operation finished: on the lane thread that
+  /// completes it, or right away in the caller if it is complete already.
+  /// `fn` must not block; actors use it to send themselves a message.
+  void on_complete(callback fn) const;
+
+private:
+  std::shared_ptr<detail::work_state> state_;
+};
+
+} // namespace caf_collective

@@ -1,0 +1,27 @@
+// Creates the backend a group_config names. Called on the group's lane.
+#pragma once
+
+#include <caf/expected.hpp>
+
+#include "caf_collective/backend.hpp"
+#include "caf_collective/config.hpp"
+#include "caf_collective/group.hpp"
+
+namespace caf_collective::detail {
+
+/// Dispatches on cfg.backend ("gloo", "nccl", "auto"); fails with
+/// invalid_argument for an unknown name and unsupported for "nccl" in a
+/// build without it.
+caf::expected<backend_ptr> make_backend(const group_config& cfg);
+
+/// Forms a Gloo context over cfg.store (blocks until all ranks joined or
+/// cfg.timeout passed).
+caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg);
+
+#if CAF_COLLECTIVE_HAVE_NCCL
+/// Rank 0 creates the NCCL unique id and publishes it in cfg.store; every
+/// rank then creates its communicator on cfg.cuda_device.
+caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg);
+#endif
+
+} // namespace caf_collective::detail
