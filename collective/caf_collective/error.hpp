@@ -10,6 +10,7 @@
 
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
+#include <caf/make_message.hpp>
 
 #include "caf_collective/op_kind.hpp"
 

@@ -1,0 +1,175 @@
+// The Gloo backend: CPU tensors over Gloo's TCP transport. Private to the
+// collective layer; nothing outside collective/src includes Gloo.
+#pragma once
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <gloo/algorithm.h>
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+
+#include "caf_collective/backend.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/group.hpp"
+
+namespace caf_collective::detail {
+
+/// A growable buffer that is never zeroed: first touches of fresh pages
+/// cost about 10 us per 4 KiB here, so each group keeps and reuses one.
+class scratch_buffer {
+public:
+  std::byte* reserve(size_t bytes);
+
+private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t capacity_ = 0;
+};
+
+/// A cached instance of one of Gloo's legacy allreduce algorithms. Legacy
+/// algorithms allocate buffers and consume context slots on construction,
+/// so they are built once per (algorithm, carrier, count, op) and run on
+/// their own buffer. The cache key is identical on every rank, so every
+/// rank builds and evicts the same instances in the same order.
+struct cached_allreduce {
+  int algorithm = 0;
+  dtype carrier = dtype::float32;
+  size_t count = 0;
+  reduce_op op = reduce_op::sum;
+  std::unique_ptr<std::byte[]> buffer;
+  std::unique_ptr<gloo::Algorithm> instance;
+};
+
+class gloo_backend : public backend {
+public:
+  gloo_backend(const group_config& cfg, std::shared_ptr<gloo::Context> ctx);
+
+  ~gloo_backend() override;
+
+  std::string_view name() const noexcept override {
+    return "gloo";
+  }
+
+  int rank() const noexcept override {
+    return rank_;
+  }
+
+  int world_size() const noexcept override {
+    return world_size_;
+  }
+
+  bool supports(op_kind op, device_kind kind,
+                dtype type) const noexcept override;
+
+  caf::error send(const op_call& call, const tensor_view& in,
+                  const send_options& opts) override;
+  caf::error recv(const op_call& call, const tensor_view& out,
+                  const recv_options& opts) override;
+  caf::error broadcast(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const broadcast_options& opts) override;
+  caf::error reduce(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const reduce_options& opts) override;
+  caf::error allreduce(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allreduce_options& opts) override;
+  caf::error allgather(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allgather_options& opts) override;
+  caf::error allgatherv(const op_call& call, const tensor_view& in,
+                        const tensor_view& out,
+                        const allgatherv_options& opts) override;
+  caf::error gather(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const gather_options& opts) override;
+  caf::error scatter(const op_call& call, const tensor_view& in,
+                     const tensor_view& out,
+                     const scatter_options& opts) override;
+  caf::error reduce_scatter(const op_call& call, const tensor_view& in,
+                            const tensor_view& out,
+                            const reduce_scatter_options& opts) override;
+  caf::error alltoall(const op_call& call, const tensor_view& in,
+                      const tensor_view& out,
+                      const alltoall_options& opts) override;
+  caf::error alltoallv(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const alltoallv_options& opts) override;
+  caf::error barrier(const op_call& call,
+                     const barrier_options& opts) override;
+
+  void abort(std::string_view why) override;
+
+  /// Runs `fn`, turning Gloo's exceptions into errors: timeouts become
+  /// errc::timeout, everything else errc::backend_error.
+  template <class Fn>
+  caf::error guarded(op_kind op, const op_call& call, Fn&& fn) noexcept;
+
+  error_context context(op_kind op, const op_call& call) const noexcept {
+    return {group_name_, op, static_cast<int64_t>(call.seq), rank_,
+            world_size_};
+  }
+
+  /// Sends one message of `bytes` to and from every peer so that each
+  /// connection's buffers are sized before the first real operation.
+  void warm_up(size_t bytes, std::chrono::milliseconds timeout);
+
+private:
+  caf::error translate(op_kind op, const op_call& call,
+                       const std::exception& ex) const;
+
+  /// Reduces `in` into `out` (which holds `carrier` elements) in place,
+  /// with the algorithm options pick.
+  void allreduce_carrier(const op_call& call, void* data, dtype carrier,
+                         size_t count, reduce_op op,
+                         allreduce_algorithm algorithm);
+
+  cached_allreduce& legacy_instance(allreduce_algorithm algorithm,
+                                    dtype carrier, size_t count,
+                                    reduce_op op);
+
+  void ring_reduce_scatter(const op_call& call, std::byte* work,
+                           std::byte* out, dtype carrier, size_t block,
+                           reduce_op op);
+
+  std::string group_name_;
+  int rank_;
+  int world_size_;
+  std::shared_ptr<gloo::Context> context_;
+  scratch_buffer scratch_;
+  scratch_buffer scratch_recv_;
+  std::list<cached_allreduce> legacy_cache_;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mtx_;
+  std::string abort_reason_;
+};
+
+/// Gloo tags are 32 bits; group sequence numbers wrap into them. Tags only
+/// need to differ between operations that can be in flight together.
+inline uint32_t tag_of(uint64_t seq) noexcept {
+  return static_cast<uint32_t>(seq & 0x7fffffffu);
+}
+
+template <class Fn>
+caf::error gloo_backend::guarded(op_kind op, const op_call& call,
+                                 Fn&& fn) noexcept {
+  if (aborted_.load()) {
+    std::lock_guard<std::mutex> guard{abort_mtx_};
+    return make_error(errc::aborted, context(op, call),
+                      "backend aborted: " + abort_reason_);
+  }
+  try {
+    fn();
+    return {};
+  } catch (const std::exception& ex) {
+    return translate(op, call, ex);
+  } catch (...) {
+    return make_error(errc::backend_error, context(op, call),
+                      "unknown exception from Gloo");
+  }
+}
+
+} // namespace caf_collective::detail

@@ -1,0 +1,209 @@
+// Gloo backend: reduce and allreduce. Every reduction runs in its carrier
+// type (reduce_kernels.hpp): float16/bfloat16 are widened to float32,
+// reduced, and rounded once at the end; avg on small integers is summed in
+// int64.
+#include <cstring>
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/reduce.h>
+
+#include "gloo/gloo_backend.hpp"
+#include "gloo/reduce_kernels.hpp"
+#include "gloo/slots.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+// Up to this size the classic ring won our measurements (fewest round
+// trips); above it the options-API algorithms pipeline better. See
+// docs/algorithms.md.
+constexpr size_t small_allreduce_bytes = 32 * 1024;
+
+// Legacy algorithm instances kept per group; the key sequence is the same
+// on every rank, so LRU eviction is too.
+constexpr size_t legacy_cache_capacity = 16;
+
+template <class T>
+std::unique_ptr<gloo::Algorithm>
+make_legacy(allreduce_algorithm algorithm,
+            const std::shared_ptr<gloo::Context>& ctx, T* data, size_t count,
+            const gloo::ReductionFunction<T>* fn) {
+  std::vector<T*> ptrs{data};
+  auto n = static_cast<int>(count);
+  switch (algorithm) {
+    case allreduce_algorithm::ring_chunked:
+      return std::make_unique<gloo::AllreduceRingChunked<T>>(ctx, ptrs, n, fn);
+    case allreduce_algorithm::halving_doubling:
+      return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(ctx, ptrs, n,
+                                                                 fn);
+    default: return std::make_unique<gloo::AllreduceRing<T>>(ctx, ptrs, n, fn);
+  }
+}
+
+// Keeps the ReductionFunction alive as long as the algorithm using it.
+template <class T>
+struct legacy_with_function : gloo::Algorithm {
+  legacy_with_function(allreduce_algorithm algorithm,
+                       const std::shared_ptr<gloo::Context>& ctx, T* data,
+                       size_t count, reduce_op op)
+    : gloo::Algorithm(ctx),
+      fn(gloo::CUSTOM, legacy_kernel_of<T>(op)),
+      impl(make_legacy<T>(algorithm, ctx, data, count, &fn)) {
+    // nop
+  }
+
+  void run() override {
+    impl->run();
+  }
+
+  gloo::ReductionFunction<T> fn;
+  std::unique_ptr<gloo::Algorithm> impl;
+};
+
+bool is_legacy(allreduce_algorithm algorithm) {
+  return algorithm == allreduce_algorithm::ring
+         || algorithm == allreduce_algorithm::ring_chunked
+         || algorithm == allreduce_algorithm::halving_doubling;
+}
+
+} // namespace
+
+cached_allreduce& gloo_backend::legacy_instance(allreduce_algorithm algorithm,
+                                                dtype carrier, size_t count,
+                                                reduce_op op) {
+  auto key_op = op == reduce_op::avg ? reduce_op::sum : op;
+  auto algo = static_cast<int>(algorithm);
+  for (auto i = legacy_cache_.begin(); i != legacy_cache_.end(); ++i) {
+    if (i->algorithm == algo && i->carrier == carrier && i->count == count
+        && i->op == key_op) {
+      legacy_cache_.splice(legacy_cache_.begin(), legacy_cache_, i);
+      return legacy_cache_.front();
+    }
+  }
+  if (legacy_cache_.size() >= legacy_cache_capacity)
+    legacy_cache_.pop_back();
+  cached_allreduce entry;
+  entry.algorithm = algo;
+  entry.carrier = carrier;
+  entry.count = count;
+  entry.op = key_op;
+  entry.buffer.reset(new std::byte[count * size_of(carrier)]);
+  entry.instance = visit_carrier(carrier, [&](auto tag)
+                                   -> std::unique_ptr<gloo::Algorithm> {
+    using T = decltype(tag);
+    return std::make_unique<legacy_with_function<T>>(
+      algorithm, context_, reinterpret_cast<T*>(entry.buffer.get()), count,
+      key_op);
+  });
+  legacy_cache_.push_front(std::move(entry));
+  return legacy_cache_.front();
+}
+
+void gloo_backend::allreduce_carrier(const op_call& call, void* data,
+                                     dtype carrier, size_t count, reduce_op op,
+                                     allreduce_algorithm algorithm) {
+  auto bytes = count * size_of(carrier);
+  if (algorithm == allreduce_algorithm::automatic)
+    algorithm = bytes <= small_allreduce_bytes
+                  ? allreduce_algorithm::ring
+                  : allreduce_algorithm::ring_options_api;
+  if (is_legacy(algorithm)) {
+    auto& cached = legacy_instance(algorithm, carrier, count, op);
+    std::memcpy(cached.buffer.get(), data, bytes);
+    context_->setTimeout(call.timeout);
+    cached.instance->run();
+    std::memcpy(data, cached.buffer.get(), bytes);
+    return;
+  }
+  gloo::AllreduceOptions opts{context_};
+  opts.setTag(tag_of(call.seq));
+  opts.setTimeout(call.timeout);
+  opts.setAlgorithm(algorithm == allreduce_algorithm::bcube
+                      ? gloo::AllreduceOptions::Algorithm::BCUBE
+                      : gloo::AllreduceOptions::Algorithm::RING);
+  visit_carrier(carrier, [&](auto tag) {
+    using T = decltype(tag);
+    opts.setInput(static_cast<T*>(data), count);
+    opts.setOutput(static_cast<T*>(data), count);
+  });
+  opts.setReduceFunction(kernel_of(carrier, op));
+  gloo::allreduce(opts);
+}
+
+caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const allreduce_options& opts) {
+  return guarded(op_kind::allreduce, call, [&] {
+    auto count = in.numel();
+    if (count == 0)
+      return;
+    auto carrier = carrier_of(in.type(), opts.op);
+    void* data = out.data();
+    if (carrier == in.type()) {
+      if (in.data() != out.data())
+        std::memcpy(out.data(), in.data(), in.nbytes());
+    } else {
+      data = scratch_.reserve(count * size_of(carrier));
+      convert(in.data(), in.type(), data, carrier, count);
+    }
+    if (world_size_ > 1)
+      allreduce_carrier(call, data, carrier, count, opts.op, opts.algorithm);
+    if (opts.op == reduce_op::avg)
+      divide(data, carrier, count, world_size_);
+    if (carrier != in.type())
+      convert(data, carrier, out.data(), out.type(), count);
+  });
+}
+
+caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
+                                const tensor_view& out,
+                                const reduce_options& ropts) {
+  return guarded(op_kind::reduce, call, [&] {
+    auto count = in.numel();
+    if (count == 0)
+      return;
+    bool is_root = rank_ == ropts.root;
+    auto carrier = carrier_of(in.type(), ropts.op);
+    auto carrier_bytes = count * size_of(carrier);
+    // Gloo reduces from one buffer into another; widen into scratch when
+    // the carrier differs, and give non-roots a scratch output.
+    void* source = in.data();
+    if (carrier != in.type() || (is_root && in.data() == out.data())) {
+      source = scratch_.reserve(carrier_bytes);
+      if (carrier != in.type())
+        convert(in.data(), in.type(), source, carrier, count);
+      else
+        std::memcpy(source, in.data(), carrier_bytes);
+    }
+    void* target = (is_root && carrier == in.type())
+                     ? out.data()
+                     : scratch_recv_.reserve(carrier_bytes);
+    if (world_size_ == 1) {
+      std::memcpy(target, source, carrier_bytes);
+    } else {
+      gloo::ReduceOptions opts{context_};
+      opts.setTag(tag_of(call.seq));
+      opts.setTimeout(call.timeout);
+      opts.setRoot(ropts.root);
+      visit_carrier(carrier, [&](auto tag) {
+        using T = decltype(tag);
+        opts.setInput(static_cast<T*>(source), count);
+        opts.setOutput(static_cast<T*>(target), count);
+      });
+      opts.setReduceFunction(kernel_of(carrier, ropts.op));
+      gloo::reduce(opts);
+    }
+    if (!is_root)
+      return;
+    if (ropts.op == reduce_op::avg)
+      divide(target, carrier, count, world_size_);
+    if (carrier != in.type())
+      convert(target, carrier, out.data(), out.type(), count);
+  });
+}
+
+} // namespace caf_collective::detail

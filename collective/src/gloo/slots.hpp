@@ -1,0 +1,33 @@
+// Gloo slot numbers of the messages this backend sends itself. Gloo's
+// options-API collectives put a one-byte prefix into the top byte of a
+// slot and legacy algorithms count up from zero; ours use prefixes Gloo
+// does not, so they never match another operation's messages.
+#pragma once
+
+#include <cstdint>
+
+namespace caf_collective::detail {
+
+inline constexpr uint64_t slot_prefix(uint8_t prefix) noexcept {
+  return static_cast<uint64_t>(prefix) << 56;
+}
+
+inline constexpr uint64_t warm_up_slot = slot_prefix(0x70);
+
+/// send/recv: matched by (peer, user tag), in order.
+inline constexpr uint64_t p2p_slot(uint32_t tag) noexcept {
+  return slot_prefix(0x71) | tag;
+}
+
+/// Our ring reduce-scatter, one slot per operation.
+inline constexpr uint64_t reduce_scatter_slot(uint32_t tag) noexcept {
+  return slot_prefix(0x72) | tag;
+}
+
+/// Gloo refuses null buffers even for zero bytes; point those at this.
+inline void* non_null(void* ptr) noexcept {
+  static char dummy;
+  return ptr != nullptr ? ptr : &dummy;
+}
+
+} // namespace caf_collective::detail

@@ -1,0 +1,298 @@
+#include "caf_collective/group.hpp"
+
+#include <caf/expected.hpp>
+
+#include "backend_factory.hpp"
+#include "lane.hpp"
+#include "validate.hpp"
+#include "work_state.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+// Errors after which the data plane is in an unknown state: messages may
+// be half sent, peers may be waiting. Argument errors leave it intact.
+bool breaks_group(const caf::error& err) {
+  switch (code_of(err)) {
+    case errc::timeout:
+    case errc::peer_lost:
+    case errc::backend_error:
+    case errc::aborted: return true;
+    default: return !is_collective_error(err);
+  }
+}
+
+} // namespace
+
+group::group(group_config cfg) : cfg_(std::move(cfg)) {
+  lane_ = std::make_unique<detail::lane>(cfg_.name + "." +
+                                         std::to_string(cfg_.rank));
+}
+
+group::~group() {
+  {
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    backend_.reset();
+  }
+  lane_.reset();
+}
+
+caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
+                                                  work* formed) {
+  if (auto err = detail::validate_config(cfg))
+    return err;
+  std::shared_ptr<group> self{new group(std::move(cfg))};
+  auto state = std::make_shared<detail::work_state>(0);
+  self->lane_->post([self, state] {
+    auto created = detail::make_backend(self->cfg_);
+    if (!created) {
+      self->break_with(created.error());
+      state->complete(created.error());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> guard{self->backend_mtx_};
+      self->backend_ = std::move(*created);
+    }
+    state->complete({});
+  });
+  if (formed != nullptr)
+    *formed = work{state};
+  return self;
+}
+
+caf::expected<std::shared_ptr<group>> group::create(group_config cfg) {
+  work formed;
+  auto result = make(std::move(cfg), &formed);
+  if (!result)
+    return result;
+  if (auto err = formed.wait())
+    return err;
+  return result;
+}
+
+caf::error group::broken_reason() const {
+  std::lock_guard<std::mutex> guard{broken_mtx_};
+  return broken_reason_;
+}
+
+void group::break_with(const caf::error& err) {
+  std::lock_guard<std::mutex> guard{broken_mtx_};
+  if (!broken_reason_)
+    broken_reason_ = err;
+  broken_ = true;
+}
+
+void group::abort(std::string why) {
+  break_with(make_error(errc::aborted, context(op_kind::barrier, -1),
+                        "group aborted: " + why));
+  std::lock_guard<std::mutex> guard{backend_mtx_};
+  if (backend_)
+    backend_->abort(why);
+}
+
+error_context group::context(op_kind op, int64_t seq) const noexcept {
+  return {cfg_.name, op, seq, cfg_.rank, cfg_.world_size};
+}
+
+template <class Fn>
+work group::submit(op_kind op, caf::error validation, Fn body) {
+  if (validation)
+    return work::completed(0, std::move(validation));
+  std::shared_ptr<detail::work_state> state;
+  {
+    // Sequence numbers follow lane order, so both are taken together.
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    state = std::make_shared<detail::work_state>(next_seq_++);
+    lane_->post([self = shared_from_this(), state, op,
+                 body = std::move(body)]() mutable {
+      auto seq = static_cast<int64_t>(state->seq());
+      caf::error err;
+      if (self->broken()) {
+        err = make_error(errc::aborted, self->context(op, seq),
+                         "group is broken by an earlier failure: "
+                           + render(self->broken_reason()));
+      } else if (op != op_kind::barrier
+                 && !self->backend_->supports(op, body.dev.kind,
+                                              body.type)) {
+        err = make_error(errc::unsupported, self->context(op, seq),
+                         "backend " + std::string{self->backend_->name()}
+                           + " cannot run " + std::string{to_string(op)}
+                           + " on " + std::string{to_string(body.type)}
+                           + " tensors on " + to_string(body.dev));
+      } else {
+        op_call call{state->seq(), self->cfg_.timeout};
+        if (body.timeout.count() > 0)
+          call.timeout = body.timeout;
+        err = body(*self->backend_, call);
+        if (err && breaks_group(err))
+          self->break_with(err);
+      }
+      state->complete(std::move(err));
+    });
+  }
+  return work{state};
+}
+
+namespace {
+
+// What submit needs besides the call itself: the device and dtype for the
+// capability query and the per-op timeout.
+template <class Fn>
+struct op_body {
+  caf_collective::device dev;
+  dtype type;
+  milliseconds timeout;
+  Fn fn;
+
+  caf::error operator()(backend& be, const op_call& call) {
+    return fn(be, call);
+  }
+};
+
+template <class Fn>
+op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
+                      Fn fn) {
+  return {sample.dev(), sample.type(), opts.timeout, std::move(fn)};
+}
+
+} // namespace
+
+#define CAF_COLLECTIVE_SITE(op)                                                \
+  detail::call_site {                                                          \
+    context(op, -1), cfg_.rank, cfg_.world_size                                \
+  }
+
+work group::send(const tensor_view& in, send_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::send);
+  return submit(op_kind::send,
+                detail::check_send(at, in, opts),
+                make_body(in, opts, [in, opts](backend& be, const op_call& c) {
+                  return be.send(c, in, opts);
+                }));
+}
+
+work group::recv(const tensor_view& out, recv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::recv);
+  return submit(op_kind::recv, detail::check_recv(at, out, opts),
+                make_body(out, opts, [out, opts](backend& be, const op_call& c) {
+                  return be.recv(c, out, opts);
+                }));
+}
+
+work group::broadcast(const tensor_view& in, const tensor_view& out,
+                      broadcast_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::broadcast);
+  return submit(op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
+                make_body(out, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.broadcast(c, in, out, opts);
+                          }));
+}
+
+work group::reduce(const tensor_view& in, const tensor_view& out,
+                   reduce_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce);
+  return submit(op_kind::reduce, detail::check_reduce(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.reduce(c, in, out, opts);
+                          }));
+}
+
+work group::allreduce(const tensor_view& in, const tensor_view& out,
+                      allreduce_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allreduce);
+  return submit(op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allreduce(c, in, out, opts);
+                          }));
+}
+
+work group::allgather(const tensor_view& in, const tensor_view& out,
+                      allgather_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allgather);
+  return submit(op_kind::allgather, detail::check_allgather(at, in, out),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allgather(c, in, out, opts);
+                          }));
+}
+
+work group::allgatherv(const tensor_view& in, const tensor_view& out,
+                       allgatherv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allgatherv);
+  return submit(op_kind::allgatherv,
+                detail::check_allgatherv(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allgatherv(c, in, out, opts);
+                          }));
+}
+
+work group::gather(const tensor_view& in, const tensor_view& out,
+                   gather_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::gather);
+  return submit(op_kind::gather, detail::check_gather(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.gather(c, in, out, opts);
+                          }));
+}
+
+work group::scatter(const tensor_view& in, const tensor_view& out,
+                    scatter_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::scatter);
+  return submit(op_kind::scatter, detail::check_scatter(at, in, out, opts),
+                make_body(out, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.scatter(c, in, out, opts);
+                          }));
+}
+
+work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
+                           reduce_scatter_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce_scatter);
+  return submit(op_kind::reduce_scatter,
+                detail::check_reduce_scatter(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.reduce_scatter(c, in, out, opts);
+                          }));
+}
+
+work group::alltoall(const tensor_view& in, const tensor_view& out,
+                     alltoall_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoall);
+  return submit(op_kind::alltoall, detail::check_alltoall(at, in, out),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.alltoall(c, in, out, opts);
+                          }));
+}
+
+work group::alltoallv(const tensor_view& in, const tensor_view& out,
+                      alltoallv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoallv);
+  return submit(op_kind::alltoallv, detail::check_alltoallv(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.alltoallv(c, in, out, opts);
+                          }));
+}
+
+work group::barrier(barrier_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::barrier);
+  // A barrier moves no tensor: ask the capability query about host memory.
+  tensor_view none{nullptr, dtype::uint8, size_t{0}};
+  return submit(op_kind::barrier, detail::check_timeout(at, opts),
+                make_body(none, opts, [opts](backend& be, const op_call& c) {
+                  return be.barrier(c, opts);
+                }));
+}
+
+#undef CAF_COLLECTIVE_SITE
+
+} // namespace caf_collective
