@@ -11,6 +11,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/buffer.h>
+#include <gloo/transport/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <caf/expected.hpp>
@@ -78,26 +80,36 @@ void gloo_backend::abort(std::string_view why) {
   aborted_ = true;
 }
 
-void gloo_backend::warm_up(size_t bytes, std::chrono::milliseconds timeout) {
+void gloo_backend::warm_up(size_t bytes) {
   if (world_size_ == 1)
     return;
+  // Gloo's TCP pair sets SO_SNDBUF from the first message that goes through
+  // its buffer path (unbound-buffer sends never resize it). Setting it pins
+  // the size and turns off the kernel's auto-tuning, so a tiny first message
+  // leaves a 4.6 KiB buffer and later 16-256 KiB messages stall on delayed
+  // ACKs (88 ms per call here). One large message per connection first pins
+  // the buffer at the kernel's maximum instead.
   auto peers = static_cast<size_t>(world_size_ - 1);
   std::vector<std::byte> out(bytes * peers);
   std::vector<std::byte> in(bytes * peers);
-  auto send_buf = context_->createUnboundBuffer(out.data(), out.size());
-  auto recv_buf = context_->createUnboundBuffer(in.data(), in.size());
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> sends;
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs;
+  auto slot = context_->nextSlot();
   size_t offset = 0;
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_)
       continue;
-    recv_buf->recv(peer, warm_up_slot, offset, bytes);
-    send_buf->send(peer, warm_up_slot, offset, bytes);
+    auto& pair = context_->getPair(peer);
+    recvs.push_back(pair->createRecvBuffer(slot, in.data() + offset, bytes));
+    sends.push_back(pair->createSendBuffer(slot, out.data() + offset, bytes));
     offset += bytes;
   }
-  for (size_t i = 0; i < peers; ++i) {
-    recv_buf->waitRecv(timeout);
-    send_buf->waitSend(timeout);
-  }
+  for (auto& buf : sends)
+    buf->send(0, bytes);
+  for (auto& buf : recvs)
+    buf->waitRecv();
+  for (auto& buf : sends)
+    buf->waitSend();
 }
 
 caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
@@ -164,7 +176,7 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
                                cfg.timeout};
     ctx->connectFullMesh(adapter, device);
     auto result = std::make_unique<gloo_backend>(cfg, ctx);
-    result->warm_up(warm_up_bytes, cfg.timeout);
+    result->warm_up(warm_up_bytes);
     return backend_ptr{std::move(result)};
   } catch (const std::exception& ex) {
     std::string what = ex.what();

@@ -115,7 +115,7 @@ public:
 
   /// Sends one message of `bytes` to and from every peer so that each
   /// connection's buffers are sized before the first real operation.
-  void warm_up(size_t bytes, std::chrono::milliseconds timeout);
+  void warm_up(size_t bytes);
 
 private:
   caf::error translate(op_kind op, const op_call& call,

@@ -12,8 +12,6 @@ inline constexpr uint64_t slot_prefix(uint8_t prefix) noexcept {
   return static_cast<uint64_t>(prefix) << 56;
 }
 
-inline constexpr uint64_t warm_up_slot = slot_prefix(0x70);
-
 /// send/recv: matched by (peer, user tag), in order.
 inline constexpr uint64_t p2p_slot(uint32_t tag) noexcept {
   return slot_prefix(0x71) | tag;
