@@ -33,6 +33,10 @@ group::group(group_config cfg) : cfg_(std::move(cfg)) {
 group::~group() {
   {
     std::lock_guard<std::mutex> guard{backend_mtx_};
+    // A broken group's peers may be gone: tell the backend not to wait for
+    // them while it shuts down.
+    if (backend_ && broken())
+      backend_->abort("destroying a broken group");
     backend_.reset();
   }
   lane_.reset();

@@ -43,6 +43,21 @@ gloo_backend::gloo_backend(const group_config& cfg,
 }
 
 gloo_backend::~gloo_backend() {
+  // Gloo closes its sockets hard (SO_LINGER 0: a reset, not a FIN), which
+  // can destroy data a slower peer has not read yet. Meet the peers in a
+  // short barrier first, so every rank has received everything before any
+  // connection closes. Skipped when the group failed: peers may be gone.
+  if (!aborted_.load() && world_size_ > 1) {
+    try {
+      gloo::BarrierOptions opts{context_};
+      opts.setTag(shutdown_tag);
+      opts.setTimeout(std::min(context_->getTimeout(),
+                               std::chrono::milliseconds{5000}));
+      gloo::barrier(opts);
+    } catch (const std::exception&) {
+      // A peer left first or is gone: nothing left to protect.
+    }
+  }
   // Algorithms reference the context: drop them first.
   legacy_cache_.clear();
 }

@@ -107,14 +107,17 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
                                      dtype carrier, size_t count, reduce_op op,
                                      allreduce_algorithm algorithm) {
   auto bytes = count * size_of(carrier);
+  // Legacy algorithms wait with the timeout their pairs were created with
+  // (the group's); an op with a shorter deadline takes the options API,
+  // which honours per-op timeouts.
   if (algorithm == allreduce_algorithm::automatic)
     algorithm = bytes <= small_allreduce_bytes
+                    && call.timeout >= context_->getTimeout()
                   ? allreduce_algorithm::ring
                   : allreduce_algorithm::ring_options_api;
   if (is_legacy(algorithm)) {
     auto& cached = legacy_instance(algorithm, carrier, count, op);
     std::memcpy(cached.buffer.get(), data, bytes);
-    context_->setTimeout(call.timeout);
     cached.instance->run();
     std::memcpy(data, cached.buffer.get(), bytes);
     return;

@@ -22,6 +22,10 @@ inline constexpr uint64_t reduce_scatter_slot(uint32_t tag) noexcept {
   return slot_prefix(0x72) | tag;
 }
 
+/// Tag of the barrier a backend runs before it closes its connections;
+/// operation tags stay below 2^31.
+inline constexpr uint32_t shutdown_tag = 0xfffffff0u;
+
 /// Gloo refuses null buffers even for zero bytes; point those at this.
 inline void* non_null(void* ptr) noexcept {
   static char dummy;
