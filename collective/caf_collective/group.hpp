@@ -135,14 +135,20 @@ private:
   explicit group(group_config cfg);
 
   template <class Fn>
-  work submit(op_kind op, caf::error validation, Fn body);
+  work submit(op_kind op, caf::error validation, Fn body,
+              detail::lane& target);
 
   void break_with(const caf::error& err);
 
   group_config cfg_;
   std::unique_ptr<detail::lane> lane_;
+  // Sends run on a lane of their own: a send completes only once the peer
+  // has posted the matching receive, so on one lane a ring of
+  // send_async + recv would deadlock.
+  std::unique_ptr<detail::lane> send_lane_;
   backend_ptr backend_; // created and used on the lane only
   std::mutex backend_mtx_; // guards backend_ against abort() from outside
+  work formed_; // completes when the backend exists (or formation failed)
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mtx_;
   caf::error broken_reason_;

@@ -26,8 +26,10 @@ bool breaks_group(const caf::error& err) {
 } // namespace
 
 group::group(group_config cfg) : cfg_(std::move(cfg)) {
-  lane_ = std::make_unique<detail::lane>(cfg_.name + "." +
-                                         std::to_string(cfg_.rank));
+  lane_ = std::make_unique<detail::lane>(cfg_.name + "."
+                                         + std::to_string(cfg_.rank));
+  send_lane_ = std::make_unique<detail::lane>(cfg_.name + ".s"
+                                              + std::to_string(cfg_.rank));
 }
 
 group::~group() {
@@ -39,6 +41,7 @@ group::~group() {
       backend_->abort("destroying a broken group");
     backend_.reset();
   }
+  send_lane_.reset();
   lane_.reset();
 }
 
@@ -61,8 +64,9 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     }
     state->complete({});
   });
+  self->formed_ = work{state};
   if (formed != nullptr)
-    *formed = work{state};
+    *formed = self->formed_;
   return self;
 }
 
@@ -101,7 +105,8 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
 }
 
 template <class Fn>
-work group::submit(op_kind op, caf::error validation, Fn body) {
+work group::submit(op_kind op, caf::error validation, Fn body,
+                   detail::lane& target) {
   if (validation)
     return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
@@ -109,10 +114,12 @@ work group::submit(op_kind op, caf::error validation, Fn body) {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
     state = std::make_shared<detail::work_state>(next_seq_++);
-    lane_->post([self = shared_from_this(), state, op,
+    target.post([self = shared_from_this(), state, op,
                  body = std::move(body)]() mutable {
       auto seq = static_cast<int64_t>(state->seq());
       caf::error err;
+      // The send lane may run before formation finished on the main lane.
+      self->formed_.wait();
       if (self->broken()) {
         err = make_error(errc::aborted, self->context(op, seq),
                          "group is broken by an earlier failure: "
@@ -174,7 +181,8 @@ work group::send(const tensor_view& in, send_options opts) {
                 detail::check_send(at, in, opts),
                 make_body(in, opts, [in, opts](backend& be, const op_call& c) {
                   return be.send(c, in, opts);
-                }));
+                }),
+                *send_lane_);
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {
@@ -182,7 +190,8 @@ work group::recv(const tensor_view& out, recv_options opts) {
   return submit(op_kind::recv, detail::check_recv(at, out, opts),
                 make_body(out, opts, [out, opts](backend& be, const op_call& c) {
                   return be.recv(c, out, opts);
-                }));
+                }),
+                *lane_);
 }
 
 work group::broadcast(const tensor_view& in, const tensor_view& out,
@@ -192,7 +201,8 @@ work group::broadcast(const tensor_view& in, const tensor_view& out,
                 make_body(out, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.broadcast(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::reduce(const tensor_view& in, const tensor_view& out,
@@ -202,7 +212,8 @@ work group::reduce(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.reduce(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::allreduce(const tensor_view& in, const tensor_view& out,
@@ -212,7 +223,8 @@ work group::allreduce(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.allreduce(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::allgather(const tensor_view& in, const tensor_view& out,
@@ -222,7 +234,8 @@ work group::allgather(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.allgather(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::allgatherv(const tensor_view& in, const tensor_view& out,
@@ -233,7 +246,8 @@ work group::allgatherv(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.allgatherv(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::gather(const tensor_view& in, const tensor_view& out,
@@ -243,7 +257,8 @@ work group::gather(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.gather(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::scatter(const tensor_view& in, const tensor_view& out,
@@ -253,7 +268,8 @@ work group::scatter(const tensor_view& in, const tensor_view& out,
                 make_body(out, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.scatter(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
@@ -264,7 +280,8 @@ work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.reduce_scatter(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::alltoall(const tensor_view& in, const tensor_view& out,
@@ -274,7 +291,8 @@ work group::alltoall(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.alltoall(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::alltoallv(const tensor_view& in, const tensor_view& out,
@@ -284,7 +302,8 @@ work group::alltoallv(const tensor_view& in, const tensor_view& out,
                 make_body(in, opts,
                           [in, out, opts](backend& be, const op_call& c) {
                             return be.alltoallv(c, in, out, opts);
-                          }));
+                          }),
+                *lane_);
 }
 
 work group::barrier(barrier_options opts) {
@@ -294,7 +313,8 @@ work group::barrier(barrier_options opts) {
   return submit(op_kind::barrier, detail::check_timeout(at, opts),
                 make_body(none, opts, [opts](backend& be, const op_call& c) {
                   return be.barrier(c, opts);
-                }));
+                }),
+                *lane_);
 }
 
 #undef CAF_COLLECTIVE_SITE
