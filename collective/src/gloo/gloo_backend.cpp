@@ -3,8 +3,10 @@
 // gloo_reductions.cpp and gloo_reduce_scatter.cpp.
 #include "gloo/gloo_backend.hpp"
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
@@ -173,12 +175,27 @@ std::string resolve_hostname(const group_config& cfg) {
 // at which we saw 88 ms delayed-ACK stalls (16-256 KiB).
 constexpr size_t warm_up_bytes = 1 << 20;
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that closed its
+// end would raise SIGPIPE and kill the whole process instead of failing one
+// operation with peer_lost. Ignore SIGPIPE unless the program installed a
+// handler of its own.
+void ignore_sigpipe_once() {
+  static std::once_flag flag;
+  std::call_once(flag, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0
+        && current.sa_handler == SIG_DFL)
+      std::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
 } // namespace
 
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   error_context where{cfg.name, op_kind::barrier, -1, cfg.rank,
                       cfg.world_size};
   where.op = -1;
+  ignore_sigpipe_once();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = resolve_hostname(cfg);
