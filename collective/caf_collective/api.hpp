@@ -27,7 +27,7 @@ inline constexpr std::string_view default_group_name = "default";
 /// the object, so one thread acts as one member. Destroying the scope
 /// destroys the groups still initialized in it.
 class member_scope {
-public:
+ public:
   member_scope();
   ~member_scope();
   member_scope(const member_scope&) = delete;
@@ -35,7 +35,7 @@ public:
 
   struct table;
 
-private:
+ private:
   std::unique_ptr<table> table_;
   table* previous_;
 };
@@ -59,8 +59,7 @@ void init_collective_group(int world_size, int rank,
                            init_options opts = {});
 
 /// Destroys the group in this member; throws unknown_group.
-void destroy_collective_group(std::string_view group_name
-                              = default_group_name);
+void destroy_collective_group(std::string_view group_name = default_group_name);
 
 bool is_group_initialized(std::string_view group_name = default_group_name);
 
@@ -68,13 +67,13 @@ bool is_group_initialized(std::string_view group_name = default_group_name);
 int get_rank(std::string_view group_name = default_group_name);
 
 /// The world size, or -1 if the group is not initialized (as in Ray).
-int get_collective_group_size(std::string_view group_name
-                              = default_group_name);
+int get_collective_group_size(std::string_view group_name = default_group_name);
 
 /// The group object behind a name; throws unknown_group.
 group_ptr get_group(std::string_view group_name = default_group_name);
 
-// -- blocking operations (throw collective_error) ------------------------------
+// -- blocking operations (throw collective_error)
+// ------------------------------
 
 void send(const tensor_view& tensor, int dst_rank,
           std::string_view group_name = default_group_name,
@@ -126,7 +125,8 @@ void alltoallv(const tensor_view& in, const tensor_view& out,
 void barrier(std::string_view group_name = default_group_name,
              barrier_options opts = {});
 
-// -- asynchronous operations (throw only unknown_group) ------------------------
+// -- asynchronous operations (throw only unknown_group)
+// ------------------------
 
 work send_async(const tensor_view& tensor, int dst_rank,
                 std::string_view group_name = default_group_name,

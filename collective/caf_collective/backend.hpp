@@ -38,7 +38,7 @@ struct op_call {
 /// the op allows it (broadcast, reduce, allreduce); the backend must handle
 /// both.
 class backend {
-public:
+ public:
   virtual ~backend();
 
   /// "gloo", "nccl", "local".
@@ -64,8 +64,7 @@ public:
                                const broadcast_options& opts);
   /// `out` is written on the root only.
   virtual caf::error reduce(const op_call& call, const tensor_view& in,
-                            const tensor_view& out,
-                            const reduce_options& opts);
+                            const tensor_view& out, const reduce_options& opts);
   virtual caf::error allreduce(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const allreduce_options& opts);
@@ -78,8 +77,7 @@ public:
                                 const allgatherv_options& opts);
   /// `out` (world_size x in) is written on the root only.
   virtual caf::error gather(const op_call& call, const tensor_view& in,
-                            const tensor_view& out,
-                            const gather_options& opts);
+                            const tensor_view& out, const gather_options& opts);
   /// `in` (world_size x out) is read on the root only.
   virtual caf::error scatter(const op_call& call, const tensor_view& in,
                              const tensor_view& out,
@@ -96,14 +94,13 @@ public:
   virtual caf::error alltoallv(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const alltoallv_options& opts);
-  virtual caf::error barrier(const op_call& call,
-                             const barrier_options& opts);
+  virtual caf::error barrier(const op_call& call, const barrier_options& opts);
 
   /// Unblocks and fails whatever this backend is doing and makes every
   /// later call fail with errc::aborted. Safe from any thread.
   virtual void abort(std::string_view why) = 0;
 
-protected:
+ protected:
   /// The default body of each operation: "backend X does not support Y".
   caf::error not_supported(op_kind op) const;
 };

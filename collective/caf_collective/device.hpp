@@ -20,21 +20,15 @@ struct device {
   /// CUDA device ordinal; always 0 for the CPU.
   int32_t index = 0;
 
-  static constexpr device cpu() noexcept {
-    return {};
-  }
+  static constexpr device cpu() noexcept { return {}; }
 
   static constexpr device cuda(int32_t ordinal) noexcept {
     return {device_kind::cuda, ordinal};
   }
 
-  constexpr bool is_cpu() const noexcept {
-    return kind == device_kind::cpu;
-  }
+  constexpr bool is_cpu() const noexcept { return kind == device_kind::cpu; }
 
-  constexpr bool is_cuda() const noexcept {
-    return kind == device_kind::cuda;
-  }
+  constexpr bool is_cuda() const noexcept { return kind == device_kind::cuda; }
 
   friend constexpr bool operator==(device, device) noexcept = default;
 };
@@ -42,7 +36,7 @@ struct device {
 /// "cpu" or "cuda:N".
 std::string to_string(device dev);
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device& x) {
   return f(x.kind, x.index);
 }

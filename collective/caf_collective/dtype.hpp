@@ -42,8 +42,8 @@ constexpr size_t size_of(dtype t) noexcept {
 }
 
 constexpr bool is_floating_point(dtype t) noexcept {
-  return t == dtype::float16 || t == dtype::bfloat16 || t == dtype::float32
-         || t == dtype::float64;
+  return t == dtype::float16 || t == dtype::bfloat16 || t == dtype::float32 ||
+         t == dtype::float64;
 }
 
 constexpr bool is_integral(dtype t) noexcept {

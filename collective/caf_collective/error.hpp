@@ -62,11 +62,8 @@ struct error_context {
   error_context() = default;
   error_context(std::string_view group_name, op_kind kind, int64_t sequence,
                 int member_rank, int size)
-    : group(group_name),
-      op(static_cast<int64_t>(kind)),
-      seq(sequence),
-      rank(member_rank),
-      world_size(size) {
+    : group(group_name), op(static_cast<int64_t>(kind)), seq(sequence),
+      rank(member_rank), world_size(size) {
     // nop
   }
 };
@@ -92,18 +89,14 @@ void add_error_category(caf::actor_system_config& cfg);
 
 /// The one exception type of the blocking API; carries the error.
 class collective_error : public std::runtime_error {
-public:
+ public:
   explicit collective_error(caf::error err);
 
-  const caf::error& error() const noexcept {
-    return err_;
-  }
+  const caf::error& error() const noexcept { return err_; }
 
-  errc code() const noexcept {
-    return code_of(err_);
-  }
+  errc code() const noexcept { return code_of(err_); }
 
-private:
+ private:
   caf::error err_;
 };
 

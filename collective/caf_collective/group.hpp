@@ -2,9 +2,9 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -55,7 +55,7 @@ struct group_config {
 /// fails with errc::aborted naming the first failure. Argument errors do
 /// not break it.
 class group : public std::enable_shared_from_this<group> {
-public:
+ public:
   /// Validates `cfg` and starts forming the group on a new lane. The
   /// returned work completes once every rank has connected, or fails with
   /// timeout / backend_error; operations submitted meanwhile queue behind
@@ -72,30 +72,18 @@ public:
   group(const group&) = delete;
   group& operator=(const group&) = delete;
 
-  const std::string& name() const noexcept {
-    return cfg_.name;
-  }
+  const std::string& name() const noexcept { return cfg_.name; }
 
-  int rank() const noexcept {
-    return cfg_.rank;
-  }
+  int rank() const noexcept { return cfg_.rank; }
 
-  int world_size() const noexcept {
-    return cfg_.world_size;
-  }
+  int world_size() const noexcept { return cfg_.world_size; }
 
-  const std::string& backend_name() const noexcept {
-    return cfg_.backend;
-  }
+  const std::string& backend_name() const noexcept { return cfg_.backend; }
 
-  milliseconds default_timeout() const noexcept {
-    return cfg_.timeout;
-  }
+  milliseconds default_timeout() const noexcept { return cfg_.timeout; }
 
   /// Whether an earlier failure broke this group.
-  bool broken() const noexcept {
-    return broken_.load();
-  }
+  bool broken() const noexcept { return broken_.load(); }
 
   /// The first failure that broke the group (none if not broken).
   caf::error broken_reason() const;
@@ -131,12 +119,11 @@ public:
   /// The context errors of this member carry.
   error_context context(op_kind op, int64_t seq) const noexcept;
 
-private:
+ private:
   explicit group(group_config cfg);
 
-  template <class Fn>
-  work submit(op_kind op, caf::error validation, Fn body,
-              detail::lane& target);
+  template<class Fn>
+  work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
 
   void break_with(const caf::error& err);
 
@@ -146,7 +133,7 @@ private:
   // has posted the matching receive, so on one lane a ring of
   // send_async + recv would deadlock.
   std::unique_ptr<detail::lane> send_lane_;
-  backend_ptr backend_; // created and used on the lane only
+  backend_ptr backend_;    // created and used on the lane only
   std::mutex backend_mtx_; // guards backend_ against abort() from outside
   work formed_; // completes when the backend exists (or formation failed)
   std::atomic<bool> broken_{false};

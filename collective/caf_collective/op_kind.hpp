@@ -26,9 +26,9 @@ enum class op_kind : uint8_t {
 };
 
 inline constexpr std::array<op_kind, 13> all_op_kinds = {
-  op_kind::send,      op_kind::recv,           op_kind::broadcast,
-  op_kind::reduce,    op_kind::allreduce,      op_kind::allgather,
-  op_kind::allgatherv, op_kind::gather,        op_kind::scatter,
+  op_kind::send,           op_kind::recv,      op_kind::broadcast,
+  op_kind::reduce,         op_kind::allreduce, op_kind::allgather,
+  op_kind::allgatherv,     op_kind::gather,    op_kind::scatter,
   op_kind::reduce_scatter, op_kind::alltoall,  op_kind::alltoallv,
   op_kind::barrier,
 };

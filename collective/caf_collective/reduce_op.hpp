@@ -29,13 +29,12 @@ enum class reduce_op : uint8_t {
 };
 
 inline constexpr std::array<reduce_op, 8> all_reduce_ops = {
-  reduce_op::sum, reduce_op::product, reduce_op::min,  reduce_op::max,
-  reduce_op::avg, reduce_op::band,    reduce_op::bor,  reduce_op::bxor,
+  reduce_op::sum, reduce_op::product, reduce_op::min, reduce_op::max,
+  reduce_op::avg, reduce_op::band,    reduce_op::bor, reduce_op::bxor,
 };
 
 constexpr bool is_bitwise(reduce_op op) noexcept {
-  return op == reduce_op::band || op == reduce_op::bor
-         || op == reduce_op::bxor;
+  return op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
 }
 
 /// Whether `op` is defined on elements of type `t`.

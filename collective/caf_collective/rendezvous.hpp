@@ -14,18 +14,16 @@ namespace caf_collective {
 /// A key-value store that every member of a group can reach. Keys are
 /// written once per group formation.
 class rendezvous_store {
-public:
+ public:
   virtual ~rendezvous_store();
 
   virtual caf::error set(const std::string& key,
-                         const std::vector<char>& value)
-    = 0;
+                         const std::vector<char>& value) = 0;
 
   /// Waits until `key` exists and returns its value; fails with
   /// errc::timeout naming the key after `timeout`.
   virtual caf::expected<std::vector<char>>
-  get(const std::string& key, std::chrono::milliseconds timeout)
-    = 0;
+  get(const std::string& key, std::chrono::milliseconds timeout) = 0;
 };
 
 using rendezvous_store_ptr = std::shared_ptr<rendezvous_store>;

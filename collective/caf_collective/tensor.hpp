@@ -24,49 +24,36 @@ size_t numel_of(const shape_type& shape) noexcept;
 /// A non-owning, contiguous view {data, dtype, shape, device}. The caller
 /// keeps the memory alive for as long as an operation uses the view.
 class tensor_view {
-public:
+ public:
   tensor_view() = default;
 
   tensor_view(void* data, dtype type, shape_type shape,
               device dev = device::cpu());
 
   /// A one-dimensional view of `count` elements.
-  tensor_view(void* data, dtype type, size_t count,
-              device dev = device::cpu());
+  tensor_view(void* data, dtype type, size_t count, device dev = device::cpu());
 
-  void* data() const noexcept {
-    return data_;
-  }
+  void* data() const noexcept { return data_; }
 
-  template <class T>
+  template<class T>
   T* data_as() const noexcept {
     return static_cast<T*>(data_);
   }
 
-  dtype type() const noexcept {
-    return type_;
-  }
+  dtype type() const noexcept { return type_; }
 
-  const shape_type& shape() const noexcept {
-    return shape_;
-  }
+  const shape_type& shape() const noexcept { return shape_; }
 
-  device dev() const noexcept {
-    return dev_;
-  }
+  device dev() const noexcept { return dev_; }
 
-  size_t numel() const noexcept {
-    return numel_;
-  }
+  size_t numel() const noexcept { return numel_; }
 
-  size_t nbytes() const noexcept {
-    return numel_ * size_of(type_);
-  }
+  size_t nbytes() const noexcept { return numel_ * size_of(type_); }
 
   /// The elements [first, first + count) as a one-dimensional view.
   tensor_view slice(size_t first, size_t count) const noexcept;
 
-private:
+ private:
   void* data_ = nullptr;
   dtype type_ = dtype::float32;
   shape_type shape_;
@@ -76,35 +63,35 @@ private:
 
 /// Maps C++ element types to dtypes (uint16_t is not mapped: float16 and
 /// bfloat16 are both stored in 16 bits and must be named explicitly).
-template <class T>
+template<class T>
 struct dtype_of;
-template <>
+template<>
 struct dtype_of<int8_t> {
   static constexpr dtype value = dtype::int8;
 };
-template <>
+template<>
 struct dtype_of<uint8_t> {
   static constexpr dtype value = dtype::uint8;
 };
-template <>
+template<>
 struct dtype_of<int32_t> {
   static constexpr dtype value = dtype::int32;
 };
-template <>
+template<>
 struct dtype_of<int64_t> {
   static constexpr dtype value = dtype::int64;
 };
-template <>
+template<>
 struct dtype_of<float> {
   static constexpr dtype value = dtype::float32;
 };
-template <>
+template<>
 struct dtype_of<double> {
   static constexpr dtype value = dtype::float64;
 };
 
 /// A view of a vector's elements (one-dimensional).
-template <class T>
+template<class T>
 tensor_view view_of(std::vector<T>& xs) {
   return tensor_view{xs.data(), dtype_of<T>::value, xs.size()};
 }
@@ -113,7 +100,7 @@ tensor_view view_of(std::vector<T>& xs) {
 /// the CUDA runtime (only in builds with CUDA). Move-only: copies are
 /// explicit through `clone`.
 class tensor {
-public:
+ public:
   tensor() = default;
   tensor(tensor&&) noexcept = default;
   tensor& operator=(tensor&&) noexcept = default;
@@ -134,10 +121,10 @@ public:
   static tensor adopt(tensor_view view, std::shared_ptr<void> keep_alive);
 
   /// Host tensor holding a copy of `xs`.
-  template <class T>
+  template<class T>
   static tensor from_vector(const std::vector<T>& xs) {
-    auto result = empty_host(dtype_of<T>::value,
-                             {static_cast<int64_t>(xs.size())});
+    auto result =
+      empty_host(dtype_of<T>::value, {static_cast<int64_t>(xs.size())});
     std::copy(xs.begin(), xs.end(), result.view_.template data_as<T>());
     return result;
   }
@@ -145,43 +132,27 @@ public:
   /// A deep copy on the same device.
   caf::expected<tensor> clone() const;
 
-  const tensor_view& view() const noexcept {
-    return view_;
-  }
+  const tensor_view& view() const noexcept { return view_; }
 
-  operator const tensor_view&() const noexcept {
-    return view_;
-  }
+  operator const tensor_view&() const noexcept { return view_; }
 
-  void* data() const noexcept {
-    return view_.data();
-  }
+  void* data() const noexcept { return view_.data(); }
 
-  dtype type() const noexcept {
-    return view_.type();
-  }
+  dtype type() const noexcept { return view_.type(); }
 
-  const shape_type& shape() const noexcept {
-    return view_.shape();
-  }
+  const shape_type& shape() const noexcept { return view_.shape(); }
 
-  device dev() const noexcept {
-    return view_.dev();
-  }
+  device dev() const noexcept { return view_.dev(); }
 
-  size_t numel() const noexcept {
-    return view_.numel();
-  }
+  size_t numel() const noexcept { return view_.numel(); }
 
-  size_t nbytes() const noexcept {
-    return view_.nbytes();
-  }
+  size_t nbytes() const noexcept { return view_.nbytes(); }
 
   bool defined() const noexcept {
     return storage_ != nullptr || view_.numel() == 0;
   }
 
-private:
+ private:
   static tensor empty_host(dtype type, shape_type shape);
 
   std::shared_ptr<void> storage_;

@@ -17,7 +17,7 @@ class work_state;
 /// Completion handle of one submitted operation. Copies share the state.
 /// The buffers an operation uses must stay alive until it has completed.
 class work {
-public:
+ public:
   using callback = std::function<void(const caf::error&)>;
 
   work() = default;
@@ -29,9 +29,7 @@ public:
   /// The group sequence number the operation runs under.
   uint64_t seq() const noexcept;
 
-  bool valid() const noexcept {
-    return state_ != nullptr;
-  }
+  bool valid() const noexcept { return state_ != nullptr; }
 
   /// Whether the operation has finished (successfully or not).
   bool ready() const;
@@ -48,7 +46,7 @@ public:
   /// `fn` must not block; actors use it to send themselves a message.
   void on_complete(callback fn) const;
 
-private:
+ private:
   std::shared_ptr<detail::work_state> state_;
 };
 

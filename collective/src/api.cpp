@@ -41,9 +41,9 @@ rendezvous_store_ptr default_store(std::string_view group_name) {
 
 caf::error unknown_group(std::string_view group_name) {
   return make_error(errc::unknown_group,
-                    "group '" + std::string{group_name}
-                      + "' is not initialized in this member "
-                        "(call init_collective_group first)");
+                    "group '" + std::string{group_name} +
+                      "' is not initialized in this member "
+                      "(call init_collective_group first)");
 }
 
 group_ptr find_group(std::string_view group_name) {
@@ -88,9 +88,9 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
     std::lock_guard<std::mutex> guard{tbl.mtx};
     if (tbl.groups.count(cfg.name) > 0)
       throw collective_error{make_error(
-        errc::duplicate_group, "group '" + cfg.name
-                                 + "' is already initialized in this member "
-                                   "(destroy it first)")};
+        errc::duplicate_group, "group '" + cfg.name +
+                                 "' is already initialized in this member "
+                                 "(destroy it first)")};
     tbl.groups.emplace(cfg.name, nullptr);
   }
   auto created = group::create(std::move(cfg));
@@ -132,12 +132,12 @@ int get_collective_group_size(std::string_view group_name) {
 }
 
 group_ptr get_group(std::string_view group_name) {
-  if (auto g = find_group(group_name))
-    return g;
+  if (auto g = find_group(group_name)) return g;
   throw collective_error{unknown_group(group_name)};
 }
 
-// -- asynchronous operations ---------------------------------------------------
+// -- asynchronous operations
+// ---------------------------------------------------
 
 work send_async(const tensor_view& tensor, int dst_rank,
                 std::string_view group_name, send_options opts) {
@@ -213,7 +213,8 @@ work barrier_async(std::string_view group_name, barrier_options opts) {
   return get_group(group_name)->barrier(opts);
 }
 
-// -- blocking operations -------------------------------------------------------
+// -- blocking operations
+// -------------------------------------------------------
 
 void send(const tensor_view& tensor, int dst_rank, std::string_view group_name,
           send_options opts) {

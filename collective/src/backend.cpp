@@ -11,8 +11,8 @@ backend::~backend() {
 caf::error backend::not_supported(op_kind op) const {
   return make_error(errc::unsupported,
                     error_context{{}, op, -1, rank(), world_size()},
-                    "backend " + std::string{name()} + " does not support "
-                      + std::string{to_string(op)});
+                    "backend " + std::string{name()} + " does not support " +
+                      std::string{to_string(op)});
 }
 
 caf::error backend::send(const op_call&, const tensor_view&,

@@ -14,14 +14,14 @@ caf::expected<backend_ptr> make_backend(const group_config& cfg) {
     return make_nccl_backend(cfg);
 #else
     return make_error(errc::unsupported,
-                      "group '" + cfg.name
-                        + "': backend nccl is not built in (configure with "
-                          "the CUDA toolkit and NCCL present)");
+                      "group '" + cfg.name +
+                        "': backend nccl is not built in (configure with "
+                        "the CUDA toolkit and NCCL present)");
 #endif
   }
   return make_error(errc::invalid_argument,
-                    "group '" + cfg.name + "': unknown backend '" + cfg.backend
-                      + "' (expected gloo, nccl or auto)");
+                    "group '" + cfg.name + "': unknown backend '" +
+                      cfg.backend + "' (expected gloo, nccl or auto)");
 }
 
 } // namespace caf_collective::detail

@@ -14,44 +14,37 @@ namespace {
 
 caf::error no_cuda(device dev) {
   return make_error(errc::unsupported,
-                    "device " + to_string(dev)
-                      + " requested, but caf-collective was built without "
-                        "CUDA (CAF_COLLECTIVE_HAVE_NCCL=0)");
+                    "device " + to_string(dev) +
+                      " requested, but caf-collective was built without "
+                      "CUDA (CAF_COLLECTIVE_HAVE_NCCL=0)");
 }
 
 } // namespace
 
-caf::expected<std::shared_ptr<void>> allocate_memory(device dev,
-                                                     size_t bytes) {
-  if (!dev.is_cpu())
-    return no_cuda(dev);
+caf::expected<std::shared_ptr<void>> allocate_memory(device dev, size_t bytes) {
+  if (!dev.is_cpu()) return no_cuda(dev);
   // 64-byte alignment keeps vectorized reductions on full cache lines.
   constexpr size_t alignment = 64;
   auto rounded = (bytes + alignment - 1) / alignment * alignment;
   void* ptr = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (ptr == nullptr)
-    return make_error(errc::out_of_memory,
-                      "cannot allocate " + std::to_string(bytes)
-                        + " bytes of host memory");
+    return make_error(errc::out_of_memory, "cannot allocate " +
+                                             std::to_string(bytes) +
+                                             " bytes of host memory");
   return std::shared_ptr<void>{ptr, [](void* p) { std::free(p); }};
 }
 
 caf::error copy_memory(void* dst, device dst_dev, const void* src,
                        device src_dev, size_t bytes) {
-  if (!dst_dev.is_cpu())
-    return no_cuda(dst_dev);
-  if (!src_dev.is_cpu())
-    return no_cuda(src_dev);
-  if (bytes > 0)
-    std::memmove(dst, src, bytes);
+  if (!dst_dev.is_cpu()) return no_cuda(dst_dev);
+  if (!src_dev.is_cpu()) return no_cuda(src_dev);
+  if (bytes > 0) std::memmove(dst, src, bytes);
   return {};
 }
 
 caf::error zero_memory(void* dst, device dev, size_t bytes) {
-  if (!dev.is_cpu())
-    return no_cuda(dev);
-  if (bytes > 0)
-    std::memset(dst, 0, bytes);
+  if (!dev.is_cpu()) return no_cuda(dev);
+  if (bytes > 0) std::memset(dst, 0, bytes);
   return {};
 }
 

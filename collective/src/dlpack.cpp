@@ -9,37 +9,28 @@ namespace caf_collective {
 caf::expected<dtype> from_dlpack_dtype(DLDataType type) {
   auto refuse = [&] {
     return make_error(errc::unsupported,
-                      "DLPack dtype code " + std::to_string(type.code)
-                        + " bits " + std::to_string(type.bits) + " lanes "
-                        + std::to_string(type.lanes)
-                        + " has no caf-collective dtype");
+                      "DLPack dtype code " + std::to_string(type.code) +
+                        " bits " + std::to_string(type.bits) + " lanes " +
+                        std::to_string(type.lanes) +
+                        " has no caf-collective dtype");
   };
-  if (type.lanes != 1)
-    return refuse();
+  if (type.lanes != 1) return refuse();
   switch (type.code) {
     case kDLInt:
-      if (type.bits == 8)
-        return dtype::int8;
-      if (type.bits == 32)
-        return dtype::int32;
-      if (type.bits == 64)
-        return dtype::int64;
+      if (type.bits == 8) return dtype::int8;
+      if (type.bits == 32) return dtype::int32;
+      if (type.bits == 64) return dtype::int64;
       break;
     case kDLUInt:
-      if (type.bits == 8)
-        return dtype::uint8;
+      if (type.bits == 8) return dtype::uint8;
       break;
     case kDLFloat:
-      if (type.bits == 16)
-        return dtype::float16;
-      if (type.bits == 32)
-        return dtype::float32;
-      if (type.bits == 64)
-        return dtype::float64;
+      if (type.bits == 16) return dtype::float16;
+      if (type.bits == 32) return dtype::float32;
+      if (type.bits == 64) return dtype::float64;
       break;
     case kDLBfloat:
-      if (type.bits == 16)
-        return dtype::bfloat16;
+      if (type.bits == 16) return dtype::bfloat16;
       break;
     default: break;
   }
@@ -60,8 +51,7 @@ DLDataType to_dlpack_dtype(dtype type) noexcept {
 
 caf::expected<tensor_view> view_of(const DLTensor& in) {
   auto type = from_dlpack_dtype(in.dtype);
-  if (!type)
-    return std::move(type.error());
+  if (!type) return std::move(type.error());
   device dev;
   switch (in.device.device_type) {
     case kDLCPU:
@@ -69,9 +59,9 @@ caf::expected<tensor_view> view_of(const DLTensor& in) {
     case kDLCUDA: dev = device::cuda(in.device.device_id); break;
     default:
       return make_error(errc::unsupported,
-                        "DLPack device type "
-                          + std::to_string(in.device.device_type)
-                          + " is neither CPU nor CUDA");
+                        "DLPack device type " +
+                          std::to_string(in.device.device_type) +
+                          " is neither CPU nor CUDA");
   }
   if (in.ndim < 0 || (in.ndim > 0 && in.shape == nullptr))
     return make_error(errc::invalid_argument, "DLPack tensor without shape");
@@ -82,10 +72,10 @@ caf::expected<tensor_view> view_of(const DLTensor& in) {
     for (int i = in.ndim - 1; i >= 0; --i) {
       if (shape[i] != 1 && in.strides[i] != expected)
         return make_error(errc::invalid_argument,
-                          "DLPack tensor is not contiguous: dimension "
-                            + std::to_string(i) + " has stride "
-                            + std::to_string(in.strides[i]) + ", expected "
-                            + std::to_string(expected));
+                          "DLPack tensor is not contiguous: dimension " +
+                            std::to_string(i) + " has stride " +
+                            std::to_string(in.strides[i]) + ", expected " +
+                            std::to_string(expected));
       expected *= shape[i];
     }
   }
@@ -97,13 +87,11 @@ caf::expected<tensor> from_dlpack(DLManagedTensor* managed) {
   if (managed == nullptr)
     return make_error(errc::invalid_argument, "from_dlpack: null tensor");
   auto release = [](DLManagedTensor* m) {
-    if (m->deleter != nullptr)
-      m->deleter(m);
+    if (m->deleter != nullptr) m->deleter(m);
   };
   std::shared_ptr<DLManagedTensor> owner{managed, release};
   auto view = view_of(managed->dl_tensor);
-  if (!view)
-    return std::move(view.error()); // owner releases the tensor
+  if (!view) return std::move(view.error()); // owner releases the tensor
   return tensor::adopt(std::move(*view), std::move(owner));
 }
 

@@ -10,12 +10,11 @@ namespace caf_collective {
 
 namespace {
 
-template <class Enum, size_t N>
+template<class Enum, size_t N>
 std::optional<Enum> parse_by_name(const std::array<Enum, N>& all,
                                   std::string_view name) {
   for (auto x : all)
-    if (to_string(x) == name)
-      return x;
+    if (to_string(x) == name) return x;
   return std::nullopt;
 }
 
@@ -36,22 +35,22 @@ std::string_view to_string(dtype t) noexcept {
 }
 
 std::optional<dtype> parse_dtype(std::string_view name) noexcept {
-  if (auto t = parse_by_name(all_dtypes, name))
-    return t;
+  if (auto t = parse_by_name(all_dtypes, name)) return t;
   struct alias {
     std::string_view name;
     dtype type;
   };
   static constexpr alias aliases[] = {
-    {"i8", dtype::int8},     {"u8", dtype::uint8},     {"i32", dtype::int32},
-    {"i64", dtype::int64},   {"f16", dtype::float16},  {"half", dtype::float16},
-    {"bf16", dtype::bfloat16}, {"f32", dtype::float32}, {"float", dtype::float32},
-    {"f64", dtype::float64}, {"double", dtype::float64}, {"int", dtype::int32},
+    {"i8", dtype::int8},        {"u8", dtype::uint8},
+    {"i32", dtype::int32},      {"i64", dtype::int64},
+    {"f16", dtype::float16},    {"half", dtype::float16},
+    {"bf16", dtype::bfloat16},  {"f32", dtype::float32},
+    {"float", dtype::float32},  {"f64", dtype::float64},
+    {"double", dtype::float64}, {"int", dtype::int32},
     {"bool", dtype::uint8},
   };
   for (const auto& a : aliases)
-    if (a.name == name)
-      return a.type;
+    if (a.name == name) return a.type;
   return std::nullopt;
 }
 
@@ -70,8 +69,7 @@ std::string_view to_string(reduce_op op) noexcept {
 }
 
 std::optional<reduce_op> parse_reduce_op(std::string_view name) noexcept {
-  if (name == "prod")
-    return reduce_op::product;
+  if (name == "prod") return reduce_op::product;
   return parse_by_name(all_reduce_ops, name);
 }
 
@@ -103,8 +101,7 @@ std::string_view to_string(device_kind kind) noexcept {
 }
 
 std::string to_string(device dev) {
-  if (dev.is_cpu())
-    return "cpu";
+  if (dev.is_cpu()) return "cpu";
   return "cuda:" + std::to_string(dev.index);
 }
 

@@ -43,8 +43,7 @@ caf::error make_error(errc code, const error_context& where,
     text += "'";
   }
   if (where.op >= 0) {
-    if (!text.empty())
-      text += ' ';
+    if (!text.empty()) text += ' ';
     text += to_string(static_cast<op_kind>(where.op));
   }
   if (where.seq >= 0) {
@@ -59,8 +58,7 @@ caf::error make_error(errc code, const error_context& where,
       text += std::to_string(where.world_size);
     }
   }
-  if (!text.empty())
-    text += ": ";
+  if (!text.empty()) text += ": ";
   text += detail;
   return make_error(code, std::move(text));
 }
@@ -76,8 +74,7 @@ errc code_of(const caf::error& err) noexcept {
 namespace {
 
 std::string context_text(const caf::message& ctx) {
-  if (ctx.empty())
-    return {};
+  if (ctx.empty()) return {};
   if (ctx.size() == 1 && ctx.match_element<std::string>(0))
     return ctx.get_as<std::string>(0);
   return to_string(ctx);
@@ -111,17 +108,16 @@ std::string render_parts(uint8_t code, caf::atom_value category,
 } // namespace
 
 std::string render(const caf::error& err) {
-  if (!err)
-    return "none";
+  if (!err) return "none";
   return render_parts(err.code(), err.category(), err.context());
 }
 
 void add_error_category(caf::actor_system_config& cfg) {
-  cfg.add_error_category(error_category(),
-                         [](uint8_t code, caf::atom_value category,
-                            const caf::message& ctx) {
-                           return render_parts(code, category, ctx);
-                         });
+  cfg.add_error_category(
+    error_category(),
+    [](uint8_t code, caf::atom_value category, const caf::message& ctx) {
+      return render_parts(code, category, ctx);
+    });
 }
 
 collective_error::collective_error(caf::error err)
@@ -130,8 +126,7 @@ collective_error::collective_error(caf::error err)
 }
 
 void throw_if(const caf::error& err) {
-  if (err)
-    throw collective_error{err};
+  if (err) throw collective_error{err};
 }
 
 } // namespace caf_collective

@@ -26,10 +26,10 @@ bool breaks_group(const caf::error& err) {
 } // namespace
 
 group::group(group_config cfg) : cfg_(std::move(cfg)) {
-  lane_ = std::make_unique<detail::lane>(cfg_.name + "."
-                                         + std::to_string(cfg_.rank));
-  send_lane_ = std::make_unique<detail::lane>(cfg_.name + ".s"
-                                              + std::to_string(cfg_.rank));
+  lane_ =
+    std::make_unique<detail::lane>(cfg_.name + "." + std::to_string(cfg_.rank));
+  send_lane_ = std::make_unique<detail::lane>(cfg_.name + ".s" +
+                                              std::to_string(cfg_.rank));
 }
 
 group::~group() {
@@ -37,8 +37,7 @@ group::~group() {
     std::lock_guard<std::mutex> guard{backend_mtx_};
     // A broken group's peers may be gone: tell the backend not to wait for
     // them while it shuts down.
-    if (backend_ && broken())
-      backend_->abort("destroying a broken group");
+    if (backend_ && broken()) backend_->abort("destroying a broken group");
     backend_.reset();
   }
   send_lane_.reset();
@@ -47,8 +46,7 @@ group::~group() {
 
 caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
                                                   work* formed) {
-  if (auto err = detail::validate_config(cfg))
-    return err;
+  if (auto err = detail::validate_config(cfg)) return err;
   std::shared_ptr<group> self{new group(std::move(cfg))};
   auto state = std::make_shared<detail::work_state>(0);
   self->lane_->post([self, state] {
@@ -65,18 +63,15 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     state->complete({});
   });
   self->formed_ = work{state};
-  if (formed != nullptr)
-    *formed = self->formed_;
+  if (formed != nullptr) *formed = self->formed_;
   return self;
 }
 
 caf::expected<std::shared_ptr<group>> group::create(group_config cfg) {
   work formed;
   auto result = make(std::move(cfg), &formed);
-  if (!result)
-    return result;
-  if (auto err = formed.wait())
-    return err;
+  if (!result) return result;
+  if (auto err = formed.wait()) return err;
   return result;
 }
 
@@ -87,8 +82,7 @@ caf::error group::broken_reason() const {
 
 void group::break_with(const caf::error& err) {
   std::lock_guard<std::mutex> guard{broken_mtx_};
-  if (!broken_reason_)
-    broken_reason_ = err;
+  if (!broken_reason_) broken_reason_ = err;
   broken_ = true;
 }
 
@@ -96,52 +90,47 @@ void group::abort(std::string why) {
   break_with(make_error(errc::aborted, context(op_kind::barrier, -1),
                         "group aborted: " + why));
   std::lock_guard<std::mutex> guard{backend_mtx_};
-  if (backend_)
-    backend_->abort(why);
+  if (backend_) backend_->abort(why);
 }
 
 error_context group::context(op_kind op, int64_t seq) const noexcept {
   return {cfg_.name, op, seq, cfg_.rank, cfg_.world_size};
 }
 
-template <class Fn>
+template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
-  if (validation)
-    return work::completed(0, std::move(validation));
+  if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
     state = std::make_shared<detail::work_state>(next_seq_++);
-    target.post([self = shared_from_this(), state, op,
-                 body = std::move(body)]() mutable {
-      auto seq = static_cast<int64_t>(state->seq());
-      caf::error err;
-      // The send lane may run before formation finished on the main lane.
-      self->formed_.wait();
-      if (self->broken()) {
-        err = make_error(errc::aborted, self->context(op, seq),
-                         "group is broken by an earlier failure: "
-                           + render(self->broken_reason()));
-      } else if (op != op_kind::barrier
-                 && !self->backend_->supports(op, body.dev.kind,
-                                              body.type)) {
-        err = make_error(errc::unsupported, self->context(op, seq),
-                         "backend " + std::string{self->backend_->name()}
-                           + " cannot run " + std::string{to_string(op)}
-                           + " on " + std::string{to_string(body.type)}
-                           + " tensors on " + to_string(body.dev));
-      } else {
-        op_call call{state->seq(), self->cfg_.timeout};
-        if (body.timeout.count() > 0)
-          call.timeout = body.timeout;
-        err = body(*self->backend_, call);
-        if (err && breaks_group(err))
-          self->break_with(err);
-      }
-      state->complete(std::move(err));
-    });
+    target.post(
+      [self = shared_from_this(), state, op, body = std::move(body)]() mutable {
+        auto seq = static_cast<int64_t>(state->seq());
+        caf::error err;
+        // The send lane may run before formation finished on the main lane.
+        self->formed_.wait();
+        if (self->broken()) {
+          err = make_error(errc::aborted, self->context(op, seq),
+                           "group is broken by an earlier failure: " +
+                             render(self->broken_reason()));
+        } else if (op != op_kind::barrier &&
+                   !self->backend_->supports(op, body.dev.kind, body.type)) {
+          err = make_error(errc::unsupported, self->context(op, seq),
+                           "backend " + std::string{self->backend_->name()} +
+                             " cannot run " + std::string{to_string(op)} +
+                             " on " + std::string{to_string(body.type)} +
+                             " tensors on " + to_string(body.dev));
+        } else {
+          op_call call{state->seq(), self->cfg_.timeout};
+          if (body.timeout.count() > 0) call.timeout = body.timeout;
+          err = body(*self->backend_, call);
+          if (err && breaks_group(err)) self->break_with(err);
+        }
+        state->complete(std::move(err));
+      });
   }
   return work{state};
 }
@@ -150,7 +139,7 @@ namespace {
 
 // What submit needs besides the call itself: the device and dtype for the
 // capability query and the per-op timeout.
-template <class Fn>
+template<class Fn>
 struct op_body {
   caf_collective::device dev;
   dtype type;
@@ -162,7 +151,7 @@ struct op_body {
   }
 };
 
-template <class Fn>
+template<class Fn>
 op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
                       Fn fn) {
   return {sample.dev(), sample.type(), opts.timeout, std::move(fn)};
@@ -170,27 +159,28 @@ op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
 
 } // namespace
 
-#define CAF_COLLECTIVE_SITE(op)                                                \
-  detail::call_site {                                                          \
-    context(op, -1), cfg_.rank, cfg_.world_size                                \
+#define CAF_COLLECTIVE_SITE(op)                 \
+  detail::call_site {                           \
+    context(op, -1), cfg_.rank, cfg_.world_size \
   }
 
 work group::send(const tensor_view& in, send_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::send);
-  return submit(op_kind::send,
-                detail::check_send(at, in, opts),
-                make_body(in, opts, [in, opts](backend& be, const op_call& c) {
-                  return be.send(c, in, opts);
-                }),
+  return submit(op_kind::send, detail::check_send(at, in, opts),
+                make_body(in, opts,
+                          [in, opts](backend& be, const op_call& c) {
+                            return be.send(c, in, opts);
+                          }),
                 *send_lane_);
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::recv);
   return submit(op_kind::recv, detail::check_recv(at, out, opts),
-                make_body(out, opts, [out, opts](backend& be, const op_call& c) {
-                  return be.recv(c, out, opts);
-                }),
+                make_body(out, opts,
+                          [out, opts](backend& be, const op_call& c) {
+                            return be.recv(c, out, opts);
+                          }),
                 *lane_);
 }
 
@@ -311,9 +301,10 @@ work group::barrier(barrier_options opts) {
   // A barrier moves no tensor: ask the capability query about host memory.
   tensor_view none{nullptr, dtype::uint8, size_t{0}};
   return submit(op_kind::barrier, detail::check_timeout(at, opts),
-                make_body(none, opts, [opts](backend& be, const op_call& c) {
-                  return be.barrier(c, opts);
-                }),
+                make_body(none, opts,
+                          [opts](backend& be, const op_call& c) {
+                            return be.barrier(c, opts);
+                          }),
                 *lane_);
 }
 

@@ -36,8 +36,8 @@ inline uint16_t float_to_half(float f) noexcept {
   if (abs < 0x38800000u) { // below the smallest normal half: subnormal
     // Adding 0.5 (as float) aligns the mantissa so the FPU rounds for us.
     float shifted = std::bit_cast<float>(abs) + 0.5f;
-    return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(shifted)
-                                        - 0x3f000000u);
+    return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(shifted) -
+                                        0x3f000000u);
   }
   uint32_t odd = (abs >> 13) & 1u;
   abs += 0xc8000fffu + odd; // rebias exponent (-112 << 23) and round

@@ -4,8 +4,7 @@
 
 namespace caf_collective::detail {
 
-lane::lane(const std::string& name)
-  : state_(std::make_shared<queue_state>()) {
+lane::lane(const std::string& name) : state_(std::make_shared<queue_state>()) {
   thread_ = std::thread{[state = state_] { run(state); }};
   // Thread names show up in gdb, perf and top; Linux allows 15 characters.
   auto short_name = ("col:" + name).substr(0, 15);
@@ -39,8 +38,7 @@ void lane::run(std::shared_ptr<queue_state> state) {
   for (;;) {
     state->cv.wait(guard,
                    [&] { return state->stopping || !state->tasks.empty(); });
-    if (state->tasks.empty())
-      return; // stopping and drained
+    if (state->tasks.empty()) return; // stopping and drained
     auto fn = std::move(state->tasks.front());
     state->tasks.pop_front();
     guard.unlock();

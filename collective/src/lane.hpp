@@ -13,7 +13,7 @@
 namespace caf_collective::detail {
 
 class lane {
-public:
+ public:
   using task = std::function<void()>;
 
   explicit lane(const std::string& name);
@@ -34,7 +34,7 @@ public:
     return std::this_thread::get_id() == thread_.get_id();
   }
 
-private:
+ private:
   // Shared with the thread, so a detached thread never touches a dead lane.
   struct queue_state {
     std::mutex mtx;

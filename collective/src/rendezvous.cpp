@@ -23,15 +23,14 @@ namespace {
 caf::error key_timeout(const std::string& key,
                        std::chrono::milliseconds timeout,
                        std::string_view where) {
-  return make_error(errc::timeout, "rendezvous key '" + key
-                                     + "' did not appear in the "
-                                     + std::string{where} + " within "
-                                     + std::to_string(timeout.count())
-                                     + " ms");
+  return make_error(errc::timeout, "rendezvous key '" + key +
+                                     "' did not appear in the " +
+                                     std::string{where} + " within " +
+                                     std::to_string(timeout.count()) + " ms");
 }
 
 class in_process_store : public rendezvous_store {
-public:
+ public:
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
     {
@@ -51,7 +50,7 @@ public:
     return entries_[key];
   }
 
-private:
+ private:
   std::mutex mtx_;
   std::condition_variable cv_;
   std::map<std::string, std::vector<char>> entries_;
@@ -60,7 +59,7 @@ private:
 // One file per key. Values are written to a temporary file and renamed into
 // place, so a reader never sees a partial value.
 class file_store : public rendezvous_store {
-public:
+ public:
   explicit file_store(std::string directory) : dir_(std::move(directory)) {
     // nop
   }
@@ -70,14 +69,14 @@ public:
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec)
-      return make_error(errc::backend_error, "file store: cannot create "
-                                               + dir_.string() + ": "
-                                               + ec.message());
+      return make_error(errc::backend_error, "file store: cannot create " +
+                                               dir_.string() + ": " +
+                                               ec.message());
     auto target = path_of(key);
     auto tmp = target;
-    tmp += ".tmp." + std::to_string(::getpid()) + "."
-           + std::to_string(std::hash<std::thread::id>{}(
-             std::this_thread::get_id()));
+    tmp +=
+      ".tmp." + std::to_string(::getpid()) + "." +
+      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
     {
       std::ofstream out{tmp, std::ios::binary | std::ios::trunc};
       out.write(value.data(), static_cast<std::streamsize>(value.size()));
@@ -87,9 +86,9 @@ public:
     }
     std::filesystem::rename(tmp, target, ec);
     if (ec)
-      return make_error(errc::backend_error, "file store: cannot rename to "
-                                               + target.string() + ": "
-                                               + ec.message());
+      return make_error(errc::backend_error, "file store: cannot rename to " +
+                                               target.string() + ": " +
+                                               ec.message());
     return {};
   }
 
@@ -110,13 +109,13 @@ public:
     }
   }
 
-private:
+ private:
   // Keys may contain '/' (prefix stores): flatten them into one file name.
   std::filesystem::path path_of(const std::string& key) const {
     std::string name;
     for (char c : key)
-      name += (std::isalnum(static_cast<unsigned char>(c)) || c == '-'
-               || c == '_' || c == '.')
+      name += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+               c == '_' || c == '.')
                 ? c
                 : '%';
     return dir_ / name;
@@ -126,7 +125,7 @@ private:
 };
 
 class prefix_store : public rendezvous_store {
-public:
+ public:
   prefix_store(std::string prefix, rendezvous_store_ptr base)
     : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {
     // nop
@@ -142,7 +141,7 @@ public:
     return base_->get(prefix_ + key, timeout);
   }
 
-private:
+ private:
   std::string prefix_;
   rendezvous_store_ptr base_;
 };
@@ -161,8 +160,7 @@ rendezvous_store_ptr shared_in_process_store(const std::string& name) {
   // starts from an empty store instead of stale addresses.
   for (auto i = stores.begin(); i != stores.end();)
     i = i->second.expired() ? stores.erase(i) : std::next(i);
-  if (auto existing = stores[name].lock())
-    return existing;
+  if (auto existing = stores[name].lock()) return existing;
   auto fresh = make_in_process_store();
   stores[name] = fresh;
   return fresh;

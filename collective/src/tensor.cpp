@@ -17,10 +17,7 @@ size_t numel_of(const shape_type& shape) noexcept {
 }
 
 tensor_view::tensor_view(void* data, dtype type, shape_type shape, device dev)
-  : data_(data),
-    type_(type),
-    shape_(std::move(shape)),
-    dev_(dev),
+  : data_(data), type_(type), shape_(std::move(shape)), dev_(dev),
     numel_(numel_of(shape_)) {
   // nop
 }
@@ -40,12 +37,11 @@ caf::expected<tensor> tensor::empty(dtype type, shape_type shape, device dev) {
   for (auto extent : shape)
     if (extent < 0)
       return make_error(errc::invalid_argument,
-                        "tensor::empty: negative extent "
-                          + std::to_string(extent));
+                        "tensor::empty: negative extent " +
+                          std::to_string(extent));
   auto bytes = numel_of(shape) * size_of(type);
   auto memory = detail::allocate_memory(dev, bytes);
-  if (!memory)
-    return std::move(memory.error());
+  if (!memory) return std::move(memory.error());
   tensor result;
   result.view_ = tensor_view{memory->get(), type, std::move(shape), dev};
   result.storage_ = std::move(*memory);
@@ -54,8 +50,7 @@ caf::expected<tensor> tensor::empty(dtype type, shape_type shape, device dev) {
 
 caf::expected<tensor> tensor::zeros(dtype type, shape_type shape, device dev) {
   auto result = empty(type, std::move(shape), dev);
-  if (!result)
-    return result;
+  if (!result) return result;
   if (auto err = detail::zero_memory(result->data(), dev, result->nbytes()))
     return err;
   return result;
@@ -70,17 +65,15 @@ tensor tensor::adopt(tensor_view view, std::shared_ptr<void> keep_alive) {
 
 tensor tensor::empty_host(dtype type, shape_type shape) {
   auto result = empty(type, std::move(shape), device::cpu());
-  if (!result)
-    throw collective_error{result.error()};
+  if (!result) throw collective_error{result.error()};
   return std::move(*result);
 }
 
 caf::expected<tensor> tensor::clone() const {
   auto result = empty(type(), shape(), dev());
-  if (!result)
-    return result;
-  if (auto err = detail::copy_memory(result->data(), dev(), data(), dev(),
-                                     nbytes()))
+  if (!result) return result;
+  if (auto err =
+        detail::copy_memory(result->data(), dev(), data(), dev(), nbytes()))
     return err;
   return result;
 }

@@ -7,8 +7,8 @@ namespace caf_collective::detail {
 namespace {
 
 std::string describe(const tensor_view& x) {
-  return std::to_string(x.numel()) + " " + std::string{to_string(x.type())}
-         + " elements on " + to_string(x.dev());
+  return std::to_string(x.numel()) + " " + std::string{to_string(x.type())} +
+         " elements on " + to_string(x.dev());
 }
 
 caf::error invalid(const call_site& at, std::string detail) {
@@ -18,28 +18,28 @@ caf::error invalid(const call_site& at, std::string detail) {
 caf::error check_buffer(const call_site& at, const char* name,
                         const tensor_view& x) {
   if (x.data() == nullptr && x.numel() > 0)
-    return invalid(at, std::string{name} + " has " + std::to_string(x.numel())
-                         + " elements but a null data pointer");
+    return invalid(at, std::string{name} + " has " + std::to_string(x.numel()) +
+                         " elements but a null data pointer");
   return {};
 }
 
 caf::error check_same_type(const call_site& at, const tensor_view& in,
                            const tensor_view& out) {
   if (in.type() != out.type())
-    return invalid(at, "dtype mismatch: input is "
-                         + std::string{to_string(in.type())}
-                         + ", output is " + std::string{to_string(out.type())});
+    return invalid(at, "dtype mismatch: input is " +
+                         std::string{to_string(in.type())} + ", output is " +
+                         std::string{to_string(out.type())});
   if (in.dev() != out.dev())
-    return invalid(at, "device mismatch: input on " + to_string(in.dev())
-                         + ", output on " + to_string(out.dev()));
+    return invalid(at, "device mismatch: input on " + to_string(in.dev()) +
+                         ", output on " + to_string(out.dev()));
   return {};
 }
 
 caf::error check_rank(const call_site& at, const char* what, int value) {
   if (value < 0 || value >= at.world_size)
-    return invalid(at, std::string{what} + " " + std::to_string(value)
-                         + " is outside [0, "
-                         + std::to_string(at.world_size) + ")");
+    return invalid(at, std::string{what} + " " + std::to_string(value) +
+                         " is outside [0, " + std::to_string(at.world_size) +
+                         ")");
   return {};
 }
 
@@ -47,27 +47,27 @@ caf::error check_count(const call_site& at, const char* name,
                        const tensor_view& x, size_t expected,
                        const std::string& why) {
   if (x.numel() != expected)
-    return invalid(at, std::string{name} + " has " + describe(x)
-                         + ", expected " + std::to_string(expected) + " ("
-                         + why + ")");
+    return invalid(at, std::string{name} + " has " + describe(x) +
+                         ", expected " + std::to_string(expected) + " (" + why +
+                         ")");
   return {};
 }
 
 caf::error check_reduce_op(const call_site& at, reduce_op op, dtype type) {
   if (!is_defined(op, type))
-    return invalid(at, "reduce op " + std::string{to_string(op)}
-                         + " is not defined on " + std::string{to_string(type)}
-                         + " (bitwise ops need an integer dtype)");
+    return invalid(at, "reduce op " + std::string{to_string(op)} +
+                         " is not defined on " + std::string{to_string(type)} +
+                         " (bitwise ops need an integer dtype)");
   return {};
 }
 
 caf::error check_counts_vector(const call_site& at, const char* name,
                                const std::vector<size_t>& counts) {
   if (counts.size() != static_cast<size_t>(at.world_size))
-    return invalid(at, std::string{name} + " has "
-                         + std::to_string(counts.size())
-                         + " entries, expected one per rank ("
-                         + std::to_string(at.world_size) + ")");
+    return invalid(at, std::string{name} + " has " +
+                         std::to_string(counts.size()) +
+                         " entries, expected one per rank (" +
+                         std::to_string(at.world_size) + ")");
   return {};
 }
 
@@ -76,7 +76,7 @@ size_t sum_of(const std::vector<size_t>& xs) {
 }
 
 // Runs checks in order and returns the first failure.
-template <class... Errors>
+template<class... Errors>
 caf::error first_of(Errors&&... errors) {
   caf::error result;
   ((result = result ? std::move(result) : std::move(errors)), ...);
@@ -84,8 +84,7 @@ caf::error first_of(Errors&&... errors) {
 }
 
 std::string times_world(const call_site& at, const char* base) {
-  return std::string{base} + " x world size "
-         + std::to_string(at.world_size);
+  return std::string{base} + " x world size " + std::to_string(at.world_size);
 }
 
 } // namespace
@@ -95,52 +94,50 @@ caf::error validate_config(const group_config& cfg) {
   if (cfg.name.empty())
     return make_error(errc::invalid_argument, "group name must not be empty");
   if (cfg.world_size < 1)
-    return make_error(errc::invalid_argument,
-                      where + "world size " + std::to_string(cfg.world_size)
-                        + " must be at least 1");
+    return make_error(errc::invalid_argument, where + "world size " +
+                                                std::to_string(cfg.world_size) +
+                                                " must be at least 1");
   if (cfg.rank < 0 || cfg.rank >= cfg.world_size)
     return make_error(errc::invalid_argument,
-                      where + "rank " + std::to_string(cfg.rank)
-                        + " is outside [0, " + std::to_string(cfg.world_size)
-                        + ")");
+                      where + "rank " + std::to_string(cfg.rank) +
+                        " is outside [0, " + std::to_string(cfg.world_size) +
+                        ")");
   if (cfg.store == nullptr)
     return make_error(errc::invalid_argument,
                       where + "no rendezvous store given");
   if (cfg.timeout.count() <= 0)
     return make_error(errc::invalid_argument,
-                      where + "timeout must be positive, got "
-                        + std::to_string(cfg.timeout.count()) + " ms");
+                      where + "timeout must be positive, got " +
+                        std::to_string(cfg.timeout.count()) + " ms");
   if (cfg.backend != "gloo" && cfg.backend != "nccl" && cfg.backend != "auto")
     return make_error(errc::invalid_argument,
-                      where + "unknown backend '" + cfg.backend
-                        + "' (expected gloo, nccl or auto)");
+                      where + "unknown backend '" + cfg.backend +
+                        "' (expected gloo, nccl or auto)");
   return {};
 }
 
 caf::error check_timeout(const call_site& at, const op_options& opts) {
   if (opts.timeout.count() < 0)
-    return invalid(at, "negative timeout "
-                         + std::to_string(opts.timeout.count()) + " ms");
+    return invalid(at, "negative timeout " +
+                         std::to_string(opts.timeout.count()) + " ms");
   return {};
 }
 
 caf::error check_send(const call_site& at, const tensor_view& in,
                       const send_options& opts) {
-  if (auto err = check_rank(at, "destination rank", opts.peer))
-    return err;
+  if (auto err = check_rank(at, "destination rank", opts.peer)) return err;
   if (opts.peer == at.rank)
-    return invalid(at, "send to oneself (rank " + std::to_string(at.rank)
-                         + ")");
+    return invalid(at,
+                   "send to oneself (rank " + std::to_string(at.rank) + ")");
   return check_buffer(at, "input", in);
 }
 
 caf::error check_recv(const call_site& at, const tensor_view& out,
                       const recv_options& opts) {
-  if (auto err = check_rank(at, "source rank", opts.peer))
-    return err;
+  if (auto err = check_rank(at, "source rank", opts.peer)) return err;
   if (opts.peer == at.rank)
-    return invalid(at, "receive from oneself (rank "
-                         + std::to_string(at.rank) + ")");
+    return invalid(at, "receive from oneself (rank " + std::to_string(at.rank) +
+                         ")");
   return check_buffer(at, "output", out);
 }
 
@@ -150,12 +147,10 @@ caf::error check_broadcast(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "output", out)))
     return err;
-  if (at.rank != opts.root)
-    return {};
-  return first_of(check_buffer(at, "input", in),
-                  check_same_type(at, in, out),
-                  check_count(at, "output", out, in.numel(),
-                              "same as the input"));
+  if (at.rank != opts.root) return {};
+  return first_of(
+    check_buffer(at, "input", in), check_same_type(at, in, out),
+    check_count(at, "output", out, in.numel(), "same as the input"));
 }
 
 caf::error check_reduce(const call_site& at, const tensor_view& in,
@@ -164,30 +159,25 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
                           check_buffer(at, "input", in),
                           check_reduce_op(at, opts.op, in.type())))
     return err;
-  if (at.rank != opts.root)
-    return {};
-  return first_of(check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
-                  check_count(at, "output", out, in.numel(),
-                              "same as the input"));
+  if (at.rank != opts.root) return {};
+  return first_of(
+    check_buffer(at, "output", out), check_same_type(at, in, out),
+    check_count(at, "output", out, in.numel(), "same as the input"));
 }
 
 caf::error check_allreduce(const call_site& at, const tensor_view& in,
                            const tensor_view& out,
                            const allreduce_options& opts) {
-  return first_of(check_buffer(at, "input", in),
-                  check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
-                  check_reduce_op(at, opts.op, in.type()),
-                  check_count(at, "output", out, in.numel(),
-                              "same as the input"));
+  return first_of(
+    check_buffer(at, "input", in), check_buffer(at, "output", out),
+    check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type()),
+    check_count(at, "output", out, in.numel(), "same as the input"));
 }
 
 caf::error check_allgather(const call_site& at, const tensor_view& in,
                            const tensor_view& out) {
   return first_of(check_buffer(at, "input", in),
-                  check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
+                  check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "output", out, in.numel() * at.world_size,
                               times_world(at, "input elements")));
 }
@@ -195,15 +185,13 @@ caf::error check_allgather(const call_site& at, const tensor_view& in,
 caf::error check_allgatherv(const call_site& at, const tensor_view& in,
                             const tensor_view& out,
                             const allgatherv_options& opts) {
-  if (auto err = check_counts_vector(at, "counts", opts.counts))
-    return err;
-  return first_of(check_buffer(at, "input", in),
-                  check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
-                  check_count(at, "input", in, opts.counts[at.rank],
-                              "counts[" + std::to_string(at.rank) + "]"),
-                  check_count(at, "output", out, sum_of(opts.counts),
-                              "sum of counts"));
+  if (auto err = check_counts_vector(at, "counts", opts.counts)) return err;
+  return first_of(
+    check_buffer(at, "input", in), check_buffer(at, "output", out),
+    check_same_type(at, in, out),
+    check_count(at, "input", in, opts.counts[at.rank],
+                "counts[" + std::to_string(at.rank) + "]"),
+    check_count(at, "output", out, sum_of(opts.counts), "sum of counts"));
 }
 
 caf::error check_gather(const call_site& at, const tensor_view& in,
@@ -211,10 +199,8 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "input", in)))
     return err;
-  if (at.rank != opts.root)
-    return {};
-  return first_of(check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
+  if (at.rank != opts.root) return {};
+  return first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "output", out, in.numel() * at.world_size,
                               times_world(at, "input elements")));
 }
@@ -224,10 +210,8 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "output", out)))
     return err;
-  if (at.rank != opts.root)
-    return {};
-  return first_of(check_buffer(at, "input", in),
-                  check_same_type(at, in, out),
+  if (at.rank != opts.root) return {};
+  return first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
                   check_count(at, "input", in, out.numel() * at.world_size,
                               times_world(at, "output elements")));
 }
@@ -235,32 +219,30 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
 caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
                                 const tensor_view& out,
                                 const reduce_scatter_options& opts) {
-  if (auto err = first_of(check_buffer(at, "input", in),
-                          check_buffer(at, "output", out),
-                          check_same_type(at, in, out),
-                          check_reduce_op(at, opts.op, in.type())))
+  if (auto err = first_of(
+        check_buffer(at, "input", in), check_buffer(at, "output", out),
+        check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type())))
     return err;
   if (in.numel() % at.world_size != 0)
-    return invalid(at, "input has " + describe(in)
-                         + ", not divisible by world size "
-                         + std::to_string(at.world_size));
+    return invalid(at, "input has " + describe(in) +
+                         ", not divisible by world size " +
+                         std::to_string(at.world_size));
   return check_count(at, "output", out, in.numel() / at.world_size,
-                     "input elements / world size "
-                       + std::to_string(at.world_size));
+                     "input elements / world size " +
+                       std::to_string(at.world_size));
 }
 
 caf::error check_alltoall(const call_site& at, const tensor_view& in,
                           const tensor_view& out) {
-  if (auto err = first_of(check_buffer(at, "input", in),
-                          check_buffer(at, "output", out),
-                          check_same_type(at, in, out),
-                          check_count(at, "output", out, in.numel(),
-                                      "same as the input")))
+  if (auto err = first_of(
+        check_buffer(at, "input", in), check_buffer(at, "output", out),
+        check_same_type(at, in, out),
+        check_count(at, "output", out, in.numel(), "same as the input")))
     return err;
   if (in.numel() % at.world_size != 0)
-    return invalid(at, "input has " + describe(in)
-                         + ", not divisible by world size "
-                         + std::to_string(at.world_size));
+    return invalid(at, "input has " + describe(in) +
+                         ", not divisible by world size " +
+                         std::to_string(at.world_size));
   return {};
 }
 
@@ -270,8 +252,7 @@ caf::error check_alltoallv(const call_site& at, const tensor_view& in,
   return first_of(check_counts_vector(at, "send_counts", opts.send_counts),
                   check_counts_vector(at, "recv_counts", opts.recv_counts),
                   check_buffer(at, "input", in),
-                  check_buffer(at, "output", out),
-                  check_same_type(at, in, out),
+                  check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "input", in, sum_of(opts.send_counts),
                               "sum of send_counts"),
                   check_count(at, "output", out, sum_of(opts.recv_counts),

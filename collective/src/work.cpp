@@ -10,8 +10,7 @@ void work_state::complete(caf::error err) {
   std::vector<work::callback> callbacks;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (done_)
-      return;
+    if (done_) return;
     done_ = true;
     err_ = std::move(err);
     callbacks.swap(callbacks_);

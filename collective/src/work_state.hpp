@@ -10,19 +10,17 @@
 namespace caf_collective::detail {
 
 class work_state {
-public:
+ public:
   explicit work_state(uint64_t seq) : seq_(seq) {
     // nop
   }
 
-  uint64_t seq() const noexcept {
-    return seq_;
-  }
+  uint64_t seq() const noexcept { return seq_; }
 
   /// Sets the result (first call wins), wakes waiters, runs callbacks.
   void complete(caf::error err);
 
-private:
+ private:
   friend class caf_collective::work;
 
   const uint64_t seq_;

@@ -12,9 +12,9 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/buffer.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <caf/expected.hpp>
@@ -37,9 +37,7 @@ std::byte* scratch_buffer::reserve(size_t bytes) {
 
 gloo_backend::gloo_backend(const group_config& cfg,
                            std::shared_ptr<gloo::Context> ctx)
-  : group_name_(cfg.name),
-    rank_(cfg.rank),
-    world_size_(cfg.world_size),
+  : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
     context_(std::move(ctx)) {
   // nop
 }
@@ -53,8 +51,8 @@ gloo_backend::~gloo_backend() {
     try {
       gloo::BarrierOptions opts{context_};
       opts.setTag(shutdown_tag);
-      opts.setTimeout(std::min(context_->getTimeout(),
-                               std::chrono::milliseconds{5000}));
+      opts.setTimeout(
+        std::min(context_->getTimeout(), std::chrono::milliseconds{5000}));
       gloo::barrier(opts);
     } catch (const std::exception&) {
       // A peer left first or is gone: nothing left to protect.
@@ -74,15 +72,14 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
   auto contains = [&](const char* needle) {
     return what.find(needle) != std::string::npos;
   };
-  if (contains("Timed out") || contains("timed out") || contains("Timeout")
-      || contains("timeout"))
-    return make_error(errc::timeout, context(op, call),
-                      "not finished within " + std::to_string(
-                        call.timeout.count())
-                        + " ms (a peer did not call or is too slow); Gloo: "
-                        + what);
-  if (contains("Connection closed") || contains("reset by peer")
-      || contains("Broken pipe") || contains("Connection refused"))
+  if (contains("Timed out") || contains("timed out") || contains("Timeout") ||
+      contains("timeout"))
+    return make_error(
+      errc::timeout, context(op, call),
+      "not finished within " + std::to_string(call.timeout.count()) +
+        " ms (a peer did not call or is too slow); Gloo: " + what);
+  if (contains("Connection closed") || contains("reset by peer") ||
+      contains("Broken pipe") || contains("Connection refused"))
     return make_error(errc::peer_lost, context(op, call),
                       "connection to a peer lost; Gloo: " + what);
   return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
@@ -91,15 +88,13 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
 void gloo_backend::abort(std::string_view why) {
   {
     std::lock_guard<std::mutex> guard{abort_mtx_};
-    if (abort_reason_.empty())
-      abort_reason_ = std::string{why};
+    if (abort_reason_.empty()) abort_reason_ = std::string{why};
   }
   aborted_ = true;
 }
 
 void gloo_backend::warm_up(size_t bytes) {
-  if (world_size_ == 1)
-    return;
+  if (world_size_ == 1) return;
   // Gloo's TCP pair sets SO_SNDBUF from the first message that goes through
   // its buffer path (unbound-buffer sends never resize it). Setting it pins
   // the size and turns off the kernel's auto-tuning, so a tiny first message
@@ -114,8 +109,7 @@ void gloo_backend::warm_up(size_t bytes) {
   auto slot = context_->nextSlot();
   size_t offset = 0;
   for (int peer = 0; peer < world_size_; ++peer) {
-    if (peer == rank_)
-      continue;
+    if (peer == rank_) continue;
     auto& pair = context_->getPair(peer);
     recvs.push_back(pair->createRecvBuffer(slot, in.data() + offset, bytes));
     sends.push_back(pair->createSendBuffer(slot, out.data() + offset, bytes));
@@ -132,8 +126,7 @@ void gloo_backend::warm_up(size_t bytes) {
 caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
                               const send_options& opts) {
   return guarded(op_kind::send, call, [&] {
-    auto buf = context_->createUnboundBuffer(non_null(in.data()),
-                                             in.nbytes());
+    auto buf = context_->createUnboundBuffer(non_null(in.data()), in.nbytes());
     buf->send(opts.peer, p2p_slot(opts.tag), 0, in.nbytes());
     buf->waitSend(call.timeout);
   });
@@ -142,8 +135,8 @@ caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
 caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
                               const recv_options& opts) {
   return guarded(op_kind::recv, call, [&] {
-    auto buf = context_->createUnboundBuffer(non_null(out.data()),
-                                             out.nbytes());
+    auto buf =
+      context_->createUnboundBuffer(non_null(out.data()), out.nbytes());
     buf->recv(opts.peer, p2p_slot(opts.tag), 0, out.nbytes());
     buf->waitRecv(call.timeout);
   });
@@ -151,8 +144,7 @@ caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
 
 caf::error gloo_backend::barrier(const op_call& call, const barrier_options&) {
   return guarded(op_kind::barrier, call, [&] {
-    if (world_size_ == 1)
-      return;
+    if (world_size_ == 1) return;
     gloo::BarrierOptions opts{context_};
     opts.setTag(tag_of(call.seq));
     opts.setTimeout(call.timeout);
@@ -163,8 +155,7 @@ caf::error gloo_backend::barrier(const op_call& call, const barrier_options&) {
 namespace {
 
 std::string resolve_hostname(const group_config& cfg) {
-  if (!cfg.hostname.empty())
-    return cfg.hostname;
+  if (!cfg.hostname.empty()) return cfg.hostname;
   if (const char* env = std::getenv("CAF_COLLECTIVE_HOSTNAME"); env && *env)
     return env;
   return "127.0.0.1";
@@ -183,8 +174,8 @@ void ignore_sigpipe_once() {
   static std::once_flag flag;
   std::call_once(flag, [] {
     struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0
-        && current.sa_handler == SIG_DFL)
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL)
       std::signal(SIGPIPE, SIG_IGN);
   });
 }
@@ -192,19 +183,17 @@ void ignore_sigpipe_once() {
 } // namespace
 
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
-  error_context where{cfg.name, op_kind::barrier, -1, cfg.rank,
-                      cfg.world_size};
+  error_context where{cfg.name, op_kind::barrier, -1, cfg.rank, cfg.world_size};
   where.op = -1;
   ignore_sigpipe_once();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = resolve_hostname(cfg);
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(cfg.rank,
-                                                           cfg.world_size);
+    auto ctx =
+      std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);
     ctx->setTimeout(cfg.timeout);
-    gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name,
-                                                 cfg.store),
+    gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
                                cfg.timeout};
     ctx->connectFullMesh(adapter, device);
     auto result = std::make_unique<gloo_backend>(cfg, ctx);
@@ -212,15 +201,14 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
     return backend_ptr{std::move(result)};
   } catch (const std::exception& ex) {
     std::string what = ex.what();
-    auto code = what.find("timeout") != std::string::npos
-                    || what.find("Timed out") != std::string::npos
-                    || what.find("did not appear") != std::string::npos
+    auto code = what.find("timeout") != std::string::npos ||
+                    what.find("Timed out") != std::string::npos ||
+                    what.find("did not appear") != std::string::npos
                   ? errc::timeout
                   : errc::backend_error;
     return make_error(code, where,
-                      "forming the group failed (every rank must join within "
-                        + std::to_string(cfg.timeout.count())
-                        + " ms): " + what);
+                      "forming the group failed (every rank must join within " +
+                        std::to_string(cfg.timeout.count()) + " ms): " + what);
   }
 }
 

@@ -21,10 +21,10 @@ namespace caf_collective::detail {
 /// A growable buffer that is never zeroed: first touches of fresh pages
 /// cost about 10 us per 4 KiB here, so each group keeps and reuses one.
 class scratch_buffer {
-public:
+ public:
   std::byte* reserve(size_t bytes);
 
-private:
+ private:
   std::unique_ptr<std::byte[]> data_;
   size_t capacity_ = 0;
 };
@@ -44,22 +44,16 @@ struct cached_allreduce {
 };
 
 class gloo_backend : public backend {
-public:
+ public:
   gloo_backend(const group_config& cfg, std::shared_ptr<gloo::Context> ctx);
 
   ~gloo_backend() override;
 
-  std::string_view name() const noexcept override {
-    return "gloo";
-  }
+  std::string_view name() const noexcept override { return "gloo"; }
 
-  int rank() const noexcept override {
-    return rank_;
-  }
+  int rank() const noexcept override { return rank_; }
 
-  int world_size() const noexcept override {
-    return world_size_;
-  }
+  int world_size() const noexcept override { return world_size_; }
 
   bool supports(op_kind op, device_kind kind,
                 dtype type) const noexcept override;
@@ -98,14 +92,13 @@ public:
   caf::error alltoallv(const op_call& call, const tensor_view& in,
                        const tensor_view& out,
                        const alltoallv_options& opts) override;
-  caf::error barrier(const op_call& call,
-                     const barrier_options& opts) override;
+  caf::error barrier(const op_call& call, const barrier_options& opts) override;
 
   void abort(std::string_view why) override;
 
   /// Runs `fn`, turning Gloo's exceptions into errors: timeouts become
   /// errc::timeout, everything else errc::backend_error.
-  template <class Fn>
+  template<class Fn>
   caf::error guarded(op_kind op, const op_call& call, Fn&& fn) noexcept;
 
   error_context context(op_kind op, const op_call& call) const noexcept {
@@ -117,7 +110,7 @@ public:
   /// connection's buffers are sized before the first real operation.
   void warm_up(size_t bytes);
 
-private:
+ private:
   caf::error translate(op_kind op, const op_call& call,
                        const std::exception& ex) const;
 
@@ -128,12 +121,10 @@ private:
                          allreduce_algorithm algorithm);
 
   cached_allreduce& legacy_instance(allreduce_algorithm algorithm,
-                                    dtype carrier, size_t count,
-                                    reduce_op op);
+                                    dtype carrier, size_t count, reduce_op op);
 
-  void ring_reduce_scatter(const op_call& call, std::byte* work,
-                           std::byte* out, dtype carrier, size_t block,
-                           reduce_op op);
+  void ring_reduce_scatter(const op_call& call, std::byte* work, std::byte* out,
+                           dtype carrier, size_t block, reduce_op op);
 
   std::string group_name_;
   int rank_;
@@ -153,7 +144,7 @@ inline uint32_t tag_of(uint64_t seq) noexcept {
   return static_cast<uint32_t>(seq & 0x7fffffffu);
 }
 
-template <class Fn>
+template<class Fn>
 caf::error gloo_backend::guarded(op_kind op, const op_call& call,
                                  Fn&& fn) noexcept {
   if (aborted_.load()) {

@@ -26,7 +26,7 @@ void copy_bytes(const tensor_view& dst, const tensor_view& src) {
     std::memcpy(dst.data(), src.data(), src.nbytes());
 }
 
-template <class Options>
+template<class Options>
 void tag_and_timeout(Options& opts, const op_call& call) {
   opts.setTag(tag_of(call.seq));
   opts.setTimeout(call.timeout);
@@ -38,10 +38,8 @@ caf::error gloo_backend::broadcast(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const broadcast_options& bopts) {
   return guarded(op_kind::broadcast, call, [&] {
-    if (rank_ == bopts.root)
-      copy_bytes(out, in);
-    if (world_size_ == 1 || out.nbytes() == 0)
-      return;
+    if (rank_ == bopts.root) copy_bytes(out, in);
+    if (world_size_ == 1 || out.nbytes() == 0) return;
     gloo::BroadcastOptions opts{context_};
     tag_and_timeout(opts, call);
     opts.setRoot(bopts.root);
@@ -54,10 +52,8 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const allgather_options&) {
   return guarded(op_kind::allgather, call, [&] {
-    if (in.nbytes() == 0)
-      return;
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (in.nbytes() == 0) return;
+    if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AllgatherOptions opts{context_};
     tag_and_timeout(opts, call);
     opts.setInput(bytes_of(in), in.nbytes());
@@ -70,10 +66,8 @@ caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
                                     const tensor_view& out,
                                     const allgatherv_options& vopts) {
   return guarded(op_kind::allgatherv, call, [&] {
-    if (out.nbytes() == 0)
-      return;
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (out.nbytes() == 0) return;
+    if (world_size_ == 1) return copy_bytes(out, in);
     std::vector<size_t> byte_counts;
     for (auto count : vopts.counts)
       byte_counts.push_back(count * size_of(in.type()));
@@ -89,16 +83,13 @@ caf::error gloo_backend::gather(const op_call& call, const tensor_view& in,
                                 const tensor_view& out,
                                 const gather_options& gopts) {
   return guarded(op_kind::gather, call, [&] {
-    if (in.nbytes() == 0)
-      return;
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (in.nbytes() == 0) return;
+    if (world_size_ == 1) return copy_bytes(out, in);
     gloo::GatherOptions opts{context_};
     tag_and_timeout(opts, call);
     opts.setRoot(gopts.root);
     opts.setInput(bytes_of(in), in.nbytes());
-    if (rank_ == gopts.root)
-      opts.setOutput(bytes_of(out), out.nbytes());
+    if (rank_ == gopts.root) opts.setOutput(bytes_of(out), out.nbytes());
     gloo::gather(opts);
   });
 }
@@ -107,10 +98,8 @@ caf::error gloo_backend::scatter(const op_call& call, const tensor_view& in,
                                  const tensor_view& out,
                                  const scatter_options& sopts) {
   return guarded(op_kind::scatter, call, [&] {
-    if (out.nbytes() == 0)
-      return;
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (out.nbytes() == 0) return;
+    if (world_size_ == 1) return copy_bytes(out, in);
     gloo::ScatterOptions opts{context_};
     tag_and_timeout(opts, call);
     opts.setRoot(sopts.root);
@@ -129,10 +118,8 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const alltoall_options&) {
   return guarded(op_kind::alltoall, call, [&] {
-    if (in.nbytes() == 0)
-      return;
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (in.nbytes() == 0) return;
+    if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AlltoallOptions opts{context_};
     tag_and_timeout(opts, call);
     opts.setInput(bytes_of(in), in.nbytes());
@@ -145,8 +132,7 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const alltoallv_options& vopts) {
   return guarded(op_kind::alltoallv, call, [&] {
-    if (world_size_ == 1)
-      return copy_bytes(out, in);
+    if (world_size_ == 1) return copy_bytes(out, in);
     auto to_bytes = [&](const std::vector<size_t>& counts) {
       std::vector<int64_t> result;
       for (auto count : counts)

@@ -58,8 +58,7 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
                                         const reduce_scatter_options& opts) {
   return guarded(op_kind::reduce_scatter, call, [&] {
     auto block = out.numel();
-    if (block == 0)
-      return;
+    if (block == 0) return;
     auto total = in.numel();
     auto carrier = carrier_of(in.type(), opts.op);
     auto carrier_size = size_of(carrier);
@@ -73,8 +72,7 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
       ring_reduce_scatter(call, work, inbox, carrier, block, opts.op);
     }
     auto* mine = work + static_cast<size_t>(rank_) * block * carrier_size;
-    if (opts.op == reduce_op::avg)
-      divide(mine, carrier, block, world_size_);
+    if (opts.op == reduce_op::avg) divide(mine, carrier, block, world_size_);
     if (carrier == in.type())
       std::memcpy(out.data(), mine, out.nbytes());
     else

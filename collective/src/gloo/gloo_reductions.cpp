@@ -27,7 +27,7 @@ constexpr size_t small_allreduce_bytes = 32 * 1024;
 // on every rank, so LRU eviction is too.
 constexpr size_t legacy_cache_capacity = 16;
 
-template <class T>
+template<class T>
 std::unique_ptr<gloo::Algorithm>
 make_legacy(allreduce_algorithm algorithm,
             const std::shared_ptr<gloo::Context>& ctx, T* data, size_t count,
@@ -45,29 +45,26 @@ make_legacy(allreduce_algorithm algorithm,
 }
 
 // Keeps the ReductionFunction alive as long as the algorithm using it.
-template <class T>
+template<class T>
 struct legacy_with_function : gloo::Algorithm {
   legacy_with_function(allreduce_algorithm algorithm,
                        const std::shared_ptr<gloo::Context>& ctx, T* data,
                        size_t count, reduce_op op)
-    : gloo::Algorithm(ctx),
-      fn(gloo::CUSTOM, legacy_kernel_of<T>(op)),
+    : gloo::Algorithm(ctx), fn(gloo::CUSTOM, legacy_kernel_of<T>(op)),
       impl(make_legacy<T>(algorithm, ctx, data, count, &fn)) {
     // nop
   }
 
-  void run() override {
-    impl->run();
-  }
+  void run() override { impl->run(); }
 
   gloo::ReductionFunction<T> fn;
   std::unique_ptr<gloo::Algorithm> impl;
 };
 
 bool is_legacy(allreduce_algorithm algorithm) {
-  return algorithm == allreduce_algorithm::ring
-         || algorithm == allreduce_algorithm::ring_chunked
-         || algorithm == allreduce_algorithm::halving_doubling;
+  return algorithm == allreduce_algorithm::ring ||
+         algorithm == allreduce_algorithm::ring_chunked ||
+         algorithm == allreduce_algorithm::halving_doubling;
 }
 
 } // namespace
@@ -78,27 +75,26 @@ cached_allreduce& gloo_backend::legacy_instance(allreduce_algorithm algorithm,
   auto key_op = op == reduce_op::avg ? reduce_op::sum : op;
   auto algo = static_cast<int>(algorithm);
   for (auto i = legacy_cache_.begin(); i != legacy_cache_.end(); ++i) {
-    if (i->algorithm == algo && i->carrier == carrier && i->count == count
-        && i->op == key_op) {
+    if (i->algorithm == algo && i->carrier == carrier && i->count == count &&
+        i->op == key_op) {
       legacy_cache_.splice(legacy_cache_.begin(), legacy_cache_, i);
       return legacy_cache_.front();
     }
   }
-  if (legacy_cache_.size() >= legacy_cache_capacity)
-    legacy_cache_.pop_back();
+  if (legacy_cache_.size() >= legacy_cache_capacity) legacy_cache_.pop_back();
   cached_allreduce entry;
   entry.algorithm = algo;
   entry.carrier = carrier;
   entry.count = count;
   entry.op = key_op;
   entry.buffer.reset(new std::byte[count * size_of(carrier)]);
-  entry.instance = visit_carrier(carrier, [&](auto tag)
-                                   -> std::unique_ptr<gloo::Algorithm> {
-    using T = decltype(tag);
-    return std::make_unique<legacy_with_function<T>>(
-      algorithm, context_, reinterpret_cast<T*>(entry.buffer.get()), count,
-      key_op);
-  });
+  entry.instance =
+    visit_carrier(carrier, [&](auto tag) -> std::unique_ptr<gloo::Algorithm> {
+      using T = decltype(tag);
+      return std::make_unique<legacy_with_function<T>>(
+        algorithm, context_, reinterpret_cast<T*>(entry.buffer.get()), count,
+        key_op);
+    });
   legacy_cache_.push_front(std::move(entry));
   return legacy_cache_.front();
 }
@@ -111,10 +107,10 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
   // (the group's); an op with a shorter deadline takes the options API,
   // which honours per-op timeouts.
   if (algorithm == allreduce_algorithm::automatic)
-    algorithm = bytes <= small_allreduce_bytes
-                    && call.timeout >= context_->getTimeout()
-                  ? allreduce_algorithm::ring
-                  : allreduce_algorithm::ring_options_api;
+    algorithm =
+      bytes <= small_allreduce_bytes && call.timeout >= context_->getTimeout()
+        ? allreduce_algorithm::ring
+        : allreduce_algorithm::ring_options_api;
   if (is_legacy(algorithm)) {
     auto& cached = legacy_instance(algorithm, carrier, count, op);
     std::memcpy(cached.buffer.get(), data, bytes);
@@ -142,8 +138,7 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
                                    const allreduce_options& opts) {
   return guarded(op_kind::allreduce, call, [&] {
     auto count = in.numel();
-    if (count == 0)
-      return;
+    if (count == 0) return;
     auto carrier = carrier_of(in.type(), opts.op);
     void* data = out.data();
     if (carrier == in.type()) {
@@ -155,8 +150,7 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
     }
     if (world_size_ > 1)
       allreduce_carrier(call, data, carrier, count, opts.op, opts.algorithm);
-    if (opts.op == reduce_op::avg)
-      divide(data, carrier, count, world_size_);
+    if (opts.op == reduce_op::avg) divide(data, carrier, count, world_size_);
     if (carrier != in.type())
       convert(data, carrier, out.data(), out.type(), count);
   });
@@ -167,8 +161,7 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
                                 const reduce_options& ropts) {
   return guarded(op_kind::reduce, call, [&] {
     auto count = in.numel();
-    if (count == 0)
-      return;
+    if (count == 0) return;
     bool is_root = rank_ == ropts.root;
     auto carrier = carrier_of(in.type(), ropts.op);
     auto carrier_bytes = count * size_of(carrier);
@@ -200,10 +193,8 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
       opts.setReduceFunction(kernel_of(carrier, ropts.op));
       gloo::reduce(opts);
     }
-    if (!is_root)
-      return;
-    if (ropts.op == reduce_op::avg)
-      divide(target, carrier, count, world_size_);
+    if (!is_root) return;
+    if (ropts.op == reduce_op::avg) divide(target, carrier, count, world_size_);
     if (carrier != in.type())
       convert(target, carrier, out.data(), out.type(), count);
   });

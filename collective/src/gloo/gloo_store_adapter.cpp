@@ -16,14 +16,12 @@ gloo_store_adapter::gloo_store_adapter(rendezvous_store_ptr store,
 
 void gloo_store_adapter::set(const std::string& key,
                              const std::vector<char>& data) {
-  if (auto err = store_->set(key, data))
-    throw gloo::IoException(render(err));
+  if (auto err = store_->set(key, data)) throw gloo::IoException(render(err));
 }
 
 std::vector<char> gloo_store_adapter::get(const std::string& key) {
   auto value = store_->get(key, timeout_);
-  if (!value)
-    throw gloo::IoException(render(value.error()));
+  if (!value) throw gloo::IoException(render(value.error()));
   return std::move(*value);
 }
 
@@ -38,8 +36,7 @@ void gloo_store_adapter::wait(const std::vector<std::string>& keys,
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
     auto value = store_->get(key, std::max(left, std::chrono::milliseconds{0}));
-    if (!value)
-      throw gloo::IoException(render(value.error()));
+    if (!value) throw gloo::IoException(render(value.error()));
   }
 }
 

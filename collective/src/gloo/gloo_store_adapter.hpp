@@ -10,7 +10,7 @@ namespace caf_collective::detail {
 /// Gloo expects exceptions from its store: errors of the wrapped store are
 /// thrown as gloo::IoException, which the backend turns back into errors.
 class gloo_store_adapter : public gloo::rendezvous::Store {
-public:
+ public:
   gloo_store_adapter(rendezvous_store_ptr store,
                      std::chrono::milliseconds timeout);
 
@@ -23,7 +23,7 @@ public:
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
-private:
+ private:
   rendezvous_store_ptr store_;
   std::chrono::milliseconds timeout_;
 };

@@ -11,7 +11,7 @@ namespace {
 
 // Integer sums and products wrap around: computed on the unsigned type so
 // that overflow is defined behaviour.
-template <class T>
+template<class T>
 T wrapping_add(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
@@ -21,7 +21,7 @@ T wrapping_add(T a, T b) {
   }
 }
 
-template <class T>
+template<class T>
 T wrapping_mul(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     // Promote to unsigned int at least, so uint8/int8 do not promote to a
@@ -35,49 +35,49 @@ T wrapping_mul(T a, T b) {
 }
 
 struct op_sum {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return wrapping_add(a, b);
   }
 };
 struct op_product {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return wrapping_mul(a, b);
   }
 };
 struct op_min {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return std::min(a, b);
   }
 };
 struct op_max {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return std::max(a, b);
   }
 };
 struct op_band {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return static_cast<T>(a & b);
   }
 };
 struct op_bor {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return static_cast<T>(a | b);
   }
 };
 struct op_bxor {
-  template <class T>
+  template<class T>
   static T apply(T a, T b) {
     return static_cast<T>(a ^ b);
   }
 };
 
-template <class T, class Op>
+template<class T, class Op>
 void kernel(void* c, const void* a, const void* b, size_t n) {
   auto* out = static_cast<T*>(c);
   auto* x = static_cast<const T*>(a);
@@ -86,13 +86,13 @@ void kernel(void* c, const void* a, const void* b, size_t n) {
     out[i] = Op::apply(x[i], y[i]);
 }
 
-template <class T, class Op>
+template<class T, class Op>
 void legacy_kernel(T* x, const T* y, size_t n) {
   for (size_t i = 0; i < n; ++i)
     x[i] = Op::apply(x[i], y[i]);
 }
 
-template <class T, template <class, class> class Make, class Result>
+template<class T, template<class, class> class Make, class Result>
 Result pick(reduce_op op) {
   switch (op) {
     case reduce_op::sum:
@@ -113,21 +113,17 @@ Result pick(reduce_op op) {
   return nullptr;
 }
 
-template <class T, class Op>
+template<class T, class Op>
 struct make_kernel {
-  static reduce_fn get() {
-    return &kernel<T, Op>;
-  }
+  static reduce_fn get() { return &kernel<T, Op>; }
 };
 
-template <class T, class Op>
+template<class T, class Op>
 struct make_legacy_kernel {
-  static legacy_fn<T> get() {
-    return &legacy_kernel<T, Op>;
-  }
+  static legacy_fn<T> get() { return &legacy_kernel<T, Op>; }
 };
 
-template <class From, class To>
+template<class From, class To>
 void convert_loop(const void* src, void* dst, size_t n) {
   auto* in = static_cast<const From*>(src);
   auto* out = static_cast<To*>(dst);
@@ -154,7 +150,7 @@ reduce_fn kernel_of(dtype carrier, reduce_op op) noexcept {
   });
 }
 
-template <class T>
+template<class T>
 legacy_fn<T> legacy_kernel_of(reduce_op op) noexcept {
   return pick<T, make_legacy_kernel, legacy_fn<T>>(op);
 }
@@ -188,9 +184,8 @@ void convert(const void* src, dtype from, void* dst, dtype to, size_t n) {
       convert_loop<decltype(tag), int64_t>(src, dst, n);
     });
   } else if (from == dtype::int64) {
-    visit_carrier(to, [&](auto tag) {
-      convert_loop<int64_t, decltype(tag)>(src, dst, n);
-    });
+    visit_carrier(
+      to, [&](auto tag) { convert_loop<int64_t, decltype(tag)>(src, dst, n); });
   }
 }
 

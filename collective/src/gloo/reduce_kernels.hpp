@@ -37,7 +37,7 @@ void divide(void* data, dtype carrier, size_t n, int divisor);
 
 /// Invokes `fn(T{})` with the C++ type of a carrier dtype (not for
 /// float16/bfloat16, which are never carriers).
-template <class Fn>
+template<class Fn>
 decltype(auto) visit_carrier(dtype carrier, Fn&& fn) {
   switch (carrier) {
     case dtype::int8: return fn(int8_t{});
@@ -50,10 +50,10 @@ decltype(auto) visit_carrier(dtype carrier, Fn&& fn) {
 }
 
 /// Kernels as Gloo's legacy algorithms want them: x[i] = x[i] op y[i].
-template <class T>
+template<class T>
 using legacy_fn = void (*)(T* x, const T* y, size_t n);
 
-template <class T>
+template<class T>
 legacy_fn<T> legacy_kernel_of(reduce_op op) noexcept;
 
 } // namespace caf_collective::detail
