@@ -4,6 +4,7 @@
 
 #include "backend_factory.hpp"
 #include "lane.hpp"
+#include "log.hpp"
 #include "validate.hpp"
 #include "work_state.hpp"
 
@@ -60,6 +61,9 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
       std::lock_guard<std::mutex> guard{self->backend_mtx_};
       self->backend_ = std::move(*created);
     }
+    static auto& log = detail::logger_for("group");
+    log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
+              self->cfg_.rank, self->cfg_.world_size, self->backend_->name());
     state->complete({});
   });
   self->formed_ = work{state};
@@ -82,7 +86,12 @@ caf::error group::broken_reason() const {
 
 void group::break_with(const caf::error& err) {
   std::lock_guard<std::mutex> guard{broken_mtx_};
-  if (!broken_reason_) broken_reason_ = err;
+  if (!broken_reason_) {
+    broken_reason_ = err;
+    static auto& log = detail::logger_for("group");
+    log.warn("group '{}' rank {}/{} is broken: {}", cfg_.name, cfg_.rank,
+             cfg_.world_size, render(err));
+  }
   broken_ = true;
 }
 
