@@ -147,7 +147,9 @@ caf::error check_broadcast(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "output", out)))
     return err;
-  if (at.rank != opts.root) return {};
+  // Off the root the input is unused: it may be empty, but
+  // one of the wrong size is still a caller error, caught on every rank.
+  if (at.rank != opts.root && in.numel() == 0) return {};
   return first_of(
     check_buffer(at, "input", in), check_same_type(at, in, out),
     check_count(at, "output", out, in.numel(), "same as the input"));
@@ -159,7 +161,9 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
                           check_buffer(at, "input", in),
                           check_reduce_op(at, opts.op, in.type())))
     return err;
-  if (at.rank != opts.root) return {};
+  // Off the root the output is unused: it may be empty, but
+  // one of the wrong size is still a caller error, caught on every rank.
+  if (at.rank != opts.root && out.numel() == 0) return {};
   return first_of(
     check_buffer(at, "output", out), check_same_type(at, in, out),
     check_count(at, "output", out, in.numel(), "same as the input"));
@@ -199,7 +203,9 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "input", in)))
     return err;
-  if (at.rank != opts.root) return {};
+  // Off the root the output is unused: it may be empty, but
+  // one of the wrong size is still a caller error, caught on every rank.
+  if (at.rank != opts.root && out.numel() == 0) return {};
   return first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "output", out, in.numel() * at.world_size,
                               times_world(at, "input elements")));
@@ -210,7 +216,9 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "output", out)))
     return err;
-  if (at.rank != opts.root) return {};
+  // Off the root the input is unused: it may be empty, but
+  // one of the wrong size is still a caller error, caught on every rank.
+  if (at.rank != opts.root && in.numel() == 0) return {};
   return first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
                   check_count(at, "input", in, out.numel() * at.world_size,
                               times_world(at, "output elements")));
