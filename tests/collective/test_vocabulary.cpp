@@ -1,0 +1,367 @@
+// The vocabulary of the collective layer: dtypes, reduce ops, tensors,
+// DLPack conversion and error rendering.
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/sec.hpp>
+
+#include <caf_collective/config.hpp>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using test::half_to_float;
+
+TEST_CASE("dtype sizes names and short names round trip") {
+  CHECK(col::size_of(col::dtype::int8) == 1);
+  CHECK(col::size_of(col::dtype::uint8) == 1);
+  CHECK(col::size_of(col::dtype::float16) == 2);
+  CHECK(col::size_of(col::dtype::bfloat16) == 2);
+  CHECK(col::size_of(col::dtype::int32) == 4);
+  CHECK(col::size_of(col::dtype::float32) == 4);
+  CHECK(col::size_of(col::dtype::int64) == 8);
+  CHECK(col::size_of(col::dtype::float64) == 8);
+  std::set<std::string> names;
+  for (auto t : col::all_dtypes) {
+    auto name = std::string{col::to_string(t)};
+    names.insert(name);
+    auto parsed = col::parse_dtype(name);
+    REQUIRE(parsed.has_value());
+    CHECK(*parsed == t);
+  }
+  CHECK(names.size() == col::all_dtypes.size());
+  CHECK(col::to_string(col::dtype::float32) == "float32");
+  CHECK(col::to_string(col::dtype::bfloat16) == "bfloat16");
+  CHECK(col::parse_dtype("f32") == col::dtype::float32);
+  CHECK(col::parse_dtype("bf16") == col::dtype::bfloat16);
+  CHECK(col::parse_dtype("f16") == col::dtype::float16);
+  CHECK(col::parse_dtype("f64") == col::dtype::float64);
+  CHECK_FALSE(col::parse_dtype("float128").has_value());
+  CHECK_FALSE(col::parse_dtype("").has_value());
+  CHECK(col::is_floating_point(col::dtype::bfloat16));
+  CHECK(col::is_integral(col::dtype::uint8));
+  CHECK_FALSE(col::is_integral(col::dtype::float16));
+}
+
+TEST_CASE("bitwise reduce ops are defined on integer dtypes only") {
+  for (auto t : col::all_dtypes) {
+    for (auto op : col::all_reduce_ops) {
+      INFO(col::to_string(t) << " " << col::to_string(op));
+      bool bitwise = op == col::reduce_op::band || op == col::reduce_op::bor ||
+                     op == col::reduce_op::bxor;
+      CHECK(col::is_defined(op, t) == (!bitwise || col::is_integral(t)));
+      auto parsed = col::parse_reduce_op(col::to_string(op));
+      REQUIRE(parsed.has_value());
+      CHECK(*parsed == op);
+    }
+  }
+  CHECK_FALSE(col::parse_reduce_op("mean_of_squares").has_value());
+}
+
+TEST_CASE("op kinds have distinct names that parse back") {
+  std::set<std::string> names;
+  for (auto op : col::all_op_kinds) {
+    auto name = std::string{col::to_string(op)};
+    names.insert(name);
+    CHECK(col::parse_op_kind(name) == op);
+  }
+  CHECK(names.size() == col::all_op_kinds.size());
+  CHECK(col::to_string(col::op_kind::reduce_scatter) == "reduce_scatter");
+}
+
+TEST_CASE("tensor views count elements and slice") {
+  CHECK(col::numel_of({}) == 1);
+  CHECK(col::numel_of({0}) == 0);
+  CHECK(col::numel_of({2, 3, 4}) == 24);
+  std::vector<int32_t> xs(24);
+  std::iota(xs.begin(), xs.end(), 0);
+  col::tensor_view v{xs.data(), col::dtype::int32, col::shape_type{2, 3, 4}};
+  CHECK(v.numel() == 24);
+  CHECK(v.nbytes() == 96);
+  CHECK(v.shape() == col::shape_type{2, 3, 4});
+  CHECK(v.dev() == col::device::cpu());
+  auto s = v.slice(5, 7);
+  CHECK(s.numel() == 7);
+  CHECK(s.type() == col::dtype::int32);
+  CHECK(s.data_as<int32_t>() == xs.data() + 5);
+  CHECK(s.data_as<int32_t>()[6] == 11);
+  auto whole = col::view_of(xs);
+  CHECK(whole.numel() == 24);
+  CHECK(whole.type() == col::dtype::int32);
+  col::tensor_view flat{xs.data(), col::dtype::int32, size_t{10}};
+  CHECK(flat.numel() == 10);
+  CHECK(flat.shape() == col::shape_type{10});
+}
+
+TEST_CASE("owning tensors allocate zero clone and copy from vectors") {
+  auto e = col::tensor::empty(col::dtype::float64, {3, 5});
+  REQUIRE(e);
+  CHECK(e->numel() == 15);
+  CHECK(e->nbytes() == 120);
+  CHECK(e->defined());
+  CHECK(reinterpret_cast<uintptr_t>(e->data()) % 64 == 0);
+  auto z = col::tensor::zeros(col::dtype::int32, {1000});
+  REQUIRE(z);
+  auto zp = static_cast<const int32_t*>(z->data());
+  CHECK(std::all_of(zp, zp + 1000, [](int32_t x) { return x == 0; }));
+  auto zero_sized = col::tensor::zeros(col::dtype::int8, {0});
+  REQUIRE(zero_sized);
+  CHECK(zero_sized->numel() == 0);
+  auto v = col::tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f});
+  CHECK(v.type() == col::dtype::float32);
+  CHECK(v.shape() == col::shape_type{3});
+  CHECK(static_cast<float*>(v.data())[2] == 3.25f);
+  auto c = v.clone();
+  REQUIRE(c);
+  CHECK(c->data() != v.data());
+  CHECK(c->shape() == v.shape());
+  CHECK(std::memcmp(c->data(), v.data(), v.nbytes()) == 0);
+  static_cast<float*>(v.data())[0] = 9;
+  CHECK(static_cast<float*>(c->data())[0] == 1.5f); // a deep copy
+  col::tensor moved = std::move(*c);
+  CHECK(moved.numel() == 3);
+}
+
+TEST_CASE("cuda tensors are refused in a build without cuda") {
+#if !CAF_COLLECTIVE_HAVE_NCCL
+  auto t = col::tensor::empty(col::dtype::float32, {4}, col::device::cuda(0));
+  REQUIRE_FALSE(t);
+  CHECK(col::code_of(t.error()) == col::errc::unsupported);
+#else
+  CHECK(true);
+#endif
+}
+
+TEST_CASE("the test support's half conversions round to nearest even") {
+  // Independent spot checks of the reference conversions the suites use.
+  CHECK(test::float_to_half(1.0f) == 0x3c00);
+  CHECK(test::float_to_half(-2.0f) == 0xc000);
+  CHECK(test::float_to_half(65504.0f) == 0x7bff);
+  CHECK(test::float_to_half(65520.0f) == 0x7c00);
+  CHECK(test::float_to_half(0x1p-24f) == 0x0001);
+  CHECK(test::float_to_half(1.0f + 0x1p-11f) == 0x3c00);     // tie -> even
+  CHECK(test::float_to_half(1.0f + 3 * 0x1p-11f) == 0x3c02); // tie -> even
+  CHECK(half_to_float(0x3555) == doctest::Approx(0.333251953125));
+  CHECK(test::float_to_bfloat16(1.0f) == 0x3f80);
+  CHECK(test::float_to_bfloat16(1.0f + 0x1p-8f) == 0x3f80);     // tie
+  CHECK(test::float_to_bfloat16(1.0f + 3 * 0x1p-8f) == 0x3f82); // tie
+  for (uint32_t h = 0; h < 0x7c00; ++h)
+    if (test::float_to_half(half_to_float(static_cast<uint16_t>(h))) != h)
+      FAIL("half " << h << " does not round trip");
+}
+
+// -- DLPack
+// --------------------------------------------------------------------
+
+namespace {
+
+struct deleter_probe {
+  static inline int calls = 0;
+  static void run(DLManagedTensor* self) {
+    ++calls;
+    delete[] static_cast<float*>(self->dl_tensor.data);
+    delete[] self->dl_tensor.shape;
+    delete self;
+  }
+};
+
+DLManagedTensor* make_managed(size_t n) {
+  auto m = new DLManagedTensor{};
+  auto data = new float[n];
+  for (size_t i = 0; i < n; ++i)
+    data[i] = static_cast<float>(i) * 0.5f;
+  m->dl_tensor.data = data;
+  m->dl_tensor.device = {kDLCPU, 0};
+  m->dl_tensor.ndim = 2;
+  m->dl_tensor.dtype = {kDLFloat, 32, 1};
+  m->dl_tensor.shape = new int64_t[2]{2, static_cast<int64_t>(n / 2)};
+  m->dl_tensor.strides = nullptr;
+  m->dl_tensor.byte_offset = 0;
+  m->deleter = &deleter_probe::run;
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("from_dlpack adopts a managed tensor and runs its deleter once") {
+  deleter_probe::calls = 0;
+  {
+    auto t = col::from_dlpack(make_managed(8));
+    REQUIRE(t);
+    CHECK(t->type() == col::dtype::float32);
+    CHECK(t->shape() == col::shape_type{2, 4});
+    CHECK(t->numel() == 8);
+    CHECK(static_cast<float*>(t->data())[7] == 3.5f);
+    CHECK(deleter_probe::calls == 0);
+    col::tensor moved = std::move(*t);
+    CHECK(deleter_probe::calls == 0);
+  }
+  CHECK(deleter_probe::calls == 1);
+}
+
+TEST_CASE("from_dlpack releases a tensor it rejects") {
+  deleter_probe::calls = 0;
+  auto m = make_managed(8);
+  m->dl_tensor.dtype = {kDLComplex, 64, 1};
+  auto t = col::from_dlpack(m);
+  CHECK_FALSE(t);
+  CHECK(deleter_probe::calls == 1);
+}
+
+TEST_CASE("to_dlpack hands a tensor out and back in") {
+  auto src = col::tensor::from_vector(std::vector<int64_t>{1, -2, 3, -4});
+  auto data = src.data();
+  DLManagedTensor* m = col::to_dlpack(std::move(src));
+  REQUIRE(m != nullptr);
+  CHECK(m->dl_tensor.data == data); // no copy
+  CHECK(m->dl_tensor.ndim == 1);
+  CHECK(m->dl_tensor.shape[0] == 4);
+  CHECK(m->dl_tensor.device.device_type == kDLCPU);
+  CHECK(m->dl_tensor.dtype.code == kDLInt);
+  CHECK(m->dl_tensor.dtype.bits == 64);
+  CHECK(m->dl_tensor.dtype.lanes == 1);
+  REQUIRE(static_cast<bool>(m->deleter));
+  // Round trip: back into a tensor, which now owns the managed tensor.
+  auto back = col::from_dlpack(m);
+  REQUIRE(back);
+  CHECK(back->type() == col::dtype::int64);
+  CHECK(static_cast<int64_t*>(back->data())[3] == -4);
+}
+
+TEST_CASE("to_dlpack's deleter frees the tensor when called once") {
+  auto src = col::tensor::zeros(col::dtype::bfloat16, {3, 2});
+  REQUIRE(src);
+  DLManagedTensor* m = col::to_dlpack(std::move(*src));
+  REQUIRE(m != nullptr);
+  CHECK(m->dl_tensor.dtype.code == kDLBfloat);
+  CHECK(m->dl_tensor.dtype.bits == 16);
+  CHECK(m->dl_tensor.ndim == 2);
+  m->deleter(m); // leak / double free would show under sanitizers
+}
+
+TEST_CASE("dtypes map to dlpack and back") {
+  for (auto t : col::all_dtypes) {
+    INFO(col::to_string(t));
+    auto dl = col::to_dlpack_dtype(t);
+    CHECK(dl.lanes == 1);
+    CHECK(dl.bits == col::size_of(t) * 8);
+    auto back = col::from_dlpack_dtype(dl);
+    REQUIRE(back);
+    CHECK(*back == t);
+  }
+  CHECK(col::to_dlpack_dtype(col::dtype::bfloat16).code == kDLBfloat);
+  CHECK(col::to_dlpack_dtype(col::dtype::float16).code == kDLFloat);
+  CHECK(col::to_dlpack_dtype(col::dtype::uint8).code == kDLUInt);
+  CHECK(col::to_dlpack_dtype(col::dtype::int8).code == kDLInt);
+  auto complex = col::from_dlpack_dtype({kDLComplex, 64, 1});
+  REQUIRE_FALSE(complex);
+  CHECK(col::code_of(complex.error()) == col::errc::unsupported);
+  auto vec = col::from_dlpack_dtype({kDLFloat, 32, 4});
+  REQUIRE_FALSE(vec);
+  CHECK(col::code_of(vec.error()) == col::errc::unsupported);
+}
+
+TEST_CASE("view_of accepts compact strides and rejects others") {
+  std::vector<float> xs(12);
+  int64_t shape[2] = {3, 4};
+  DLTensor dl{};
+  dl.data = xs.data();
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 2;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.shape = shape;
+  dl.strides = nullptr;
+  auto v = col::view_of(dl);
+  REQUIRE(v);
+  CHECK(v->numel() == 12);
+  CHECK(v->data() == xs.data());
+  int64_t compact[2] = {4, 1};
+  dl.strides = compact;
+  CHECK(col::view_of(dl));
+  int64_t transposed[2] = {1, 3};
+  dl.strides = transposed;
+  auto bad = col::view_of(dl);
+  REQUIRE_FALSE(bad);
+  CHECK(col::code_of(bad.error()) == col::errc::invalid_argument);
+  int64_t padded[2] = {8, 1};
+  dl.strides = padded;
+  auto bad2 = col::view_of(dl);
+  REQUIRE_FALSE(bad2);
+  CHECK(col::code_of(bad2.error()) == col::errc::invalid_argument);
+  dl.strides = nullptr;
+  dl.device = {kDLOpenCL, 0};
+  auto other_device = col::view_of(dl);
+  REQUIRE_FALSE(other_device);
+  CHECK(col::code_of(other_device.error()) == col::errc::unsupported);
+}
+
+TEST_CASE("view_of honors the byte offset") {
+  std::vector<int32_t> xs{10, 11, 12, 13};
+  int64_t shape[1] = {2};
+  DLTensor dl{};
+  dl.data = xs.data();
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 1;
+  dl.dtype = {kDLInt, 32, 1};
+  dl.shape = shape;
+  dl.byte_offset = 8;
+  auto v = col::view_of(dl);
+  REQUIRE(v);
+  CHECK(v->data_as<int32_t>()[0] == 12);
+}
+
+// -- errors
+// --------------------------------------------------------------------
+
+TEST_CASE("errors render with their code group op and detail") {
+  col::error_context where{"trainers", col::op_kind::allreduce, 3, 1, 4};
+  auto err = col::make_error(col::errc::timeout, where, "rank 2 is late");
+  CHECK(col::is_collective_error(err));
+  CHECK(col::code_of(err) == col::errc::timeout);
+  auto text = col::render(err);
+  INFO(text);
+  CHECK(text.find("timeout") != std::string::npos);
+  CHECK(text.find("trainers") != std::string::npos);
+  CHECK(text.find("allreduce") != std::string::npos);
+  CHECK(text.find("rank 2 is late") != std::string::npos);
+  CHECK(text.find("3") != std::string::npos);
+  col::collective_error ex{err};
+  CHECK(ex.code() == col::errc::timeout);
+  CHECK(std::string{ex.what()} == text);
+  CHECK(col::render(caf::error{}) == "none");
+  for (int c = 1; c <= static_cast<int>(col::errc::unknown_object); ++c) {
+    auto code = static_cast<col::errc>(c);
+    auto name = std::string{col::to_string(code)};
+    CHECK(col::render(col::make_error(code, "x")).find(name) !=
+          std::string::npos);
+  }
+  CHECK_THROWS_AS(col::throw_if(err), col::collective_error);
+  CHECK_NOTHROW(col::throw_if(caf::error{}));
+}
+
+TEST_CASE("caf errors of other categories are not collective errors") {
+  caf::error err = caf::sec::request_timeout;
+  CHECK_FALSE(col::is_collective_error(err));
+  CHECK(col::code_of(err) != col::errc::timeout);
+  CHECK(col::render(err).find("request_timeout") != std::string::npos);
+}
+
+TEST_CASE(
+  "an actor system renders collective errors after add_error_category") {
+  caf::actor_system_config cfg;
+  col::add_error_category(cfg);
+  caf::actor_system sys{cfg};
+  auto err = col::make_error(
+    col::errc::invalid_argument,
+    col::error_context{"g1", col::op_kind::gather, 0, 2, 3}, "root 5");
+  auto text = sys.render(err);
+  INFO(text);
+  CHECK(text.find("invalid_argument") != std::string::npos);
+  CHECK(text.find("g1") != std::string::npos);
+  CHECK(text.find("gather") != std::string::npos);
+  CHECK(text.find("root 5") != std::string::npos);
+}
