@@ -1,1 +1,400 @@
-// placeholder
+// Operations that move data over Gloo (send/recv, broadcast, allgather,
+// allgatherv, gather, scatter, alltoall, alltoallv, barrier) for every
+// dtype, world size and count, every root, against what each rank sent.
+#include <atomic>
+#include <numeric>
+#include <set>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using test::rank_log;
+
+namespace {
+
+constexpr size_t counts[] = {0, 1, 5, 1000, 65537};
+
+std::vector<int> roots_of(int world) {
+  std::set<int> rs{0, world / 2, world - 1};
+  return {rs.begin(), rs.end()};
+}
+
+/// What rank `rank` contributes at global indices [offset, offset + n).
+col::tensor pattern(col::dtype t, int rank, size_t offset, size_t n,
+                    uint64_t seed = 0) {
+  auto x = test::make_tensor(t, n);
+  test::fill_pattern(x, rank, offset, seed);
+  return x;
+}
+
+size_t total(const std::vector<size_t>& xs) {
+  return std::accumulate(xs.begin(), xs.end(), size_t{0});
+}
+
+void send_recv_ring(int world) {
+  test::run_group(world, "ring-" + std::to_string(world),
+                  [&](int rank, rank_log& log) {
+                    auto name = "ring-" + std::to_string(world);
+                    if (world == 1) { // nobody to talk to
+                      ++log.checks;
+                      return;
+                    }
+                    int next = (rank + 1) % world;
+                    int prev = (rank + world - 1) % world;
+                    for (auto t : col::all_dtypes)
+                      for (auto n : counts) {
+                        auto what = test::case_name("send/recv", t, world, n);
+                        auto in = pattern(t, rank, 0, n);
+                        auto out = test::make_tensor(t, n);
+                        test::poison(out);
+                        auto sent = col::send_async(in, next, name);
+                        col::recv(out, prev, name);
+                        log.expect(!sent.wait(), what + ": send failed");
+                        log.expect_equal(what, out, pattern(t, prev, 0, n));
+                        ++log.checks;
+                      }
+                  });
+}
+
+void broadcast_matrix(int world) {
+  auto name = "broadcast-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts)
+        for (int root : roots_of(world)) {
+          auto what = test::case_name("broadcast", t, world, n) + " root " +
+                      std::to_string(root);
+          auto expected = pattern(t, root, 0, n);
+          // In place.
+          auto x = test::make_tensor(t, n);
+          if (rank == root)
+            test::fill_pattern(x, rank);
+          else
+            test::poison(x);
+          col::broadcast(x, root, name);
+          log.expect_equal(what + " in place", x, expected);
+          // Out of place; off the root the input may be empty (root 0) or
+          // any full-sized buffer (other roots).
+          bool empty_in = rank != root && root == 0;
+          auto in = test::make_tensor(t, empty_in ? 0 : n);
+          if (rank == root) test::fill_pattern(in, rank);
+          auto out = test::make_tensor(t, n);
+          test::poison(out);
+          col::broadcast_options opts;
+          opts.root = root;
+          col::broadcast(in, out, name, opts);
+          log.expect_equal(what + " out of place", out, expected);
+          if (rank == root)
+            log.expect_equal(what + " (input modified)", in, expected);
+          ++log.checks;
+        }
+    log.expect(log.checks == 8 * std::size(counts) * roots_of(world).size(),
+               "broadcast: not every case ran");
+  });
+}
+
+void allgather_matrix(int world) {
+  auto w = static_cast<size_t>(world);
+  auto name = "allgather-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts) {
+        auto what = test::case_name("allgather", t, world, n);
+        auto in = pattern(t, rank, 0, n);
+        auto out = test::make_tensor(t, w * n);
+        test::poison(out);
+        col::allgather(in, out, name);
+        for (int r = 0; r < world; ++r)
+          log.expect_equal(what + " block " + std::to_string(r),
+                           out.view().slice(r * n, n), pattern(t, r, 0, n));
+        ++log.checks;
+      }
+    log.expect(log.checks == 8 * std::size(counts),
+               "allgather: not every case ran");
+  });
+}
+
+/// Uneven counts per rank, zeros included: variant 0 gives every rank
+/// 1 in 3 a zero, variant 1 leaves only the last rank non-empty.
+std::vector<size_t> uneven_counts(int world, size_t n, int variant) {
+  std::vector<size_t> cs(world);
+  for (int r = 0; r < world; ++r) {
+    if (variant == 0)
+      cs[r] = r % 3 == 1 ? 0 : n + static_cast<size_t>(r);
+    else
+      cs[r] = r == world - 1 ? n : 0;
+  }
+  return cs;
+}
+
+void allgatherv_matrix(int world) {
+  auto name = "allgatherv-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts)
+        for (int variant : {0, 1}) {
+          auto what = test::case_name("allgatherv", t, world, n) + " variant " +
+                      std::to_string(variant);
+          col::allgatherv_options opts;
+          opts.counts = uneven_counts(world, n, variant);
+          auto in = pattern(t, rank, 0, opts.counts[rank]);
+          auto out = test::make_tensor(t, total(opts.counts));
+          test::poison(out);
+          col::allgatherv(in, out, name, opts);
+          size_t offset = 0;
+          for (int r = 0; r < world; ++r) {
+            auto c = opts.counts[r];
+            log.expect_equal(what + " block " + std::to_string(r),
+                             out.view().slice(offset, c), pattern(t, r, 0, c));
+            offset += c;
+          }
+          ++log.checks;
+        }
+    log.expect(log.checks == 8 * std::size(counts) * 2,
+               "allgatherv: not every case ran");
+  });
+}
+
+void gather_matrix(int world) {
+  auto w = static_cast<size_t>(world);
+  auto name = "gather-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts)
+        for (int root : roots_of(world)) {
+          auto what = test::case_name("gather", t, world, n) + " root " +
+                      std::to_string(root);
+          col::gather_options opts;
+          opts.root = root;
+          auto in = pattern(t, rank, 0, n);
+          bool empty_out = rank != root && root == 0;
+          auto out = test::make_tensor(t, empty_out ? 0 : w * n);
+          test::poison(out);
+          col::gather(in, out, name, opts);
+          if (rank == root)
+            for (int r = 0; r < world; ++r)
+              log.expect_equal(what + " block " + std::to_string(r),
+                               out.view().slice(r * n, n), pattern(t, r, 0, n));
+          ++log.checks;
+        }
+    log.expect(log.checks == 8 * std::size(counts) * roots_of(world).size(),
+               "gather: not every case ran");
+  });
+}
+
+void scatter_matrix(int world) {
+  auto w = static_cast<size_t>(world);
+  auto name = "scatter-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts)
+        for (int root : roots_of(world)) {
+          auto what = test::case_name("scatter", t, world, n) + " root " +
+                      std::to_string(root);
+          col::scatter_options opts;
+          opts.root = root;
+          bool empty_in = rank != root && root == 0;
+          auto in = test::make_tensor(t, empty_in ? 0 : w * n);
+          if (rank == root)
+            test::fill_pattern(in, root);
+          else
+            test::poison(in);
+          auto out = test::make_tensor(t, n);
+          test::poison(out);
+          col::scatter(in, out, name, opts);
+          log.expect_equal(what, out, pattern(t, root, rank * n, n));
+          ++log.checks;
+        }
+    log.expect(log.checks == 8 * std::size(counts) * roots_of(world).size(),
+               "scatter: not every case ran");
+  });
+}
+
+void alltoall_matrix(int world) {
+  auto w = static_cast<size_t>(world);
+  auto name = "alltoall-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts) {
+        auto what = test::case_name("alltoall", t, world, n);
+        // Block j of the input goes to rank j; block i of the output came
+        // from rank i.
+        auto in = pattern(t, rank, 0, w * n);
+        auto out = test::make_tensor(t, w * n);
+        test::poison(out);
+        col::alltoall(in, out, name);
+        for (int r = 0; r < world; ++r)
+          log.expect_equal(what + " block from " + std::to_string(r),
+                           out.view().slice(r * n, n),
+                           pattern(t, r, rank * n, n));
+        log.expect_equal(what + " (input modified)", in,
+                         pattern(t, rank, 0, w * n));
+        ++log.checks;
+      }
+    log.expect(log.checks == 8 * std::size(counts),
+               "alltoall: not every case ran");
+  });
+}
+
+/// Elements rank `from` sends to rank `to` in alltoallv, zeros included.
+size_t v_count(int from, int to, size_t n) {
+  if ((from * 3 + to) % 4 == 0) return 0;
+  return n + static_cast<size_t>((from + 2 * to) % 3);
+}
+
+void alltoallv_matrix(int world) {
+  auto name = "alltoallv-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : col::all_dtypes)
+      for (auto n : counts) {
+        auto what = test::case_name("alltoallv", t, world, n);
+        col::alltoallv_options opts;
+        for (int r = 0; r < world; ++r) {
+          opts.send_counts.push_back(v_count(rank, r, n));
+          opts.recv_counts.push_back(v_count(r, rank, n));
+        }
+        auto in = pattern(t, rank, 0, total(opts.send_counts));
+        auto out = test::make_tensor(t, total(opts.recv_counts));
+        test::poison(out);
+        col::alltoallv(in, out, name, opts);
+        size_t offset = 0;
+        for (int r = 0; r < world; ++r) {
+          // Rank r's block for us starts after its blocks for ranks < us.
+          size_t src_offset = 0;
+          for (int k = 0; k < rank; ++k)
+            src_offset += v_count(r, k, n);
+          auto c = opts.recv_counts[r];
+          log.expect_equal(what + " block from " + std::to_string(r),
+                           out.view().slice(offset, c),
+                           pattern(t, r, src_offset, c));
+          offset += c;
+        }
+        ++log.checks;
+      }
+    log.expect(log.checks == 8 * std::size(counts),
+               "alltoallv: not every case ran");
+  });
+}
+
+void barrier_rounds(int world) {
+  constexpr int rounds = 20;
+  std::atomic<int> arrived{0};
+  auto name = "barrier-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (int k = 0; k < rounds; ++k) {
+      // Stagger the ranks so a barrier that does not wait would show.
+      if ((rank + k) % world == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds{2});
+      ++arrived;
+      col::barrier(name);
+      auto seen = arrived.load();
+      log.expect(seen >= world * (k + 1), "barrier round " + std::to_string(k) +
+                                            ": passed after only " +
+                                            std::to_string(seen) + " arrivals");
+      // Nobody may run ahead into the next round's increment before all
+      // of this round's checks are done.
+      col::barrier(name);
+      ++log.checks;
+    }
+    log.expect(log.checks == rounds, "barrier: not every round ran");
+  });
+  CHECK(arrived.load() == world * rounds);
+}
+
+} // namespace
+
+#define CAF_COLLECTIVE_PER_WORLD(title, fn) \
+  TEST_CASE(title " with 1 rank") {         \
+    fn(1);                                  \
+  }                                         \
+  TEST_CASE(title " with 2 ranks") {        \
+    fn(2);                                  \
+  }                                         \
+  TEST_CASE(title " with 3 ranks") {        \
+    fn(3);                                  \
+  }                                         \
+  TEST_CASE(title " with 4 ranks") {        \
+    fn(4);                                  \
+  }                                         \
+  TEST_CASE(title " with 7 ranks") {        \
+    fn(7);                                  \
+  }
+
+CAF_COLLECTIVE_PER_WORLD("send and recv pass data around a ring",
+                         send_recv_ring)
+CAF_COLLECTIVE_PER_WORLD("broadcast copies the root's tensor to every rank",
+                         broadcast_matrix)
+CAF_COLLECTIVE_PER_WORLD("allgather concatenates every rank's tensor",
+                         allgather_matrix)
+CAF_COLLECTIVE_PER_WORLD("allgatherv concatenates uneven tensors",
+                         allgatherv_matrix)
+CAF_COLLECTIVE_PER_WORLD("gather concatenates every rank's tensor at the root",
+                         gather_matrix)
+CAF_COLLECTIVE_PER_WORLD("scatter hands each rank its block of the root's "
+                         "tensor",
+                         scatter_matrix)
+CAF_COLLECTIVE_PER_WORLD("alltoall exchanges blocks between all ranks",
+                         alltoall_matrix)
+CAF_COLLECTIVE_PER_WORLD("alltoallv exchanges uneven blocks between all ranks",
+                         alltoallv_matrix)
+CAF_COLLECTIVE_PER_WORLD("barrier lets no rank pass before all arrived",
+                         barrier_rounds)
+
+TEST_CASE("recv matches sends by tag in any order") {
+  auto name = std::string{"tags"};
+  test::run_group(
+    2, name,
+    [&](int rank, rank_log& log) {
+      auto t = col::dtype::int32;
+      if (rank == 0) {
+        auto a = pattern(t, 0, 0, 100, 1);
+        auto b = pattern(t, 0, 0, 100, 2);
+        col::send_options o1;
+        o1.tag = 1;
+        col::send_options o2;
+        o2.tag = 2;
+        auto w1 = col::send_async(a, 1, name, o1);
+        auto w2 = col::send_async(b, 1, name, o2);
+        log.expect(!w1.wait(), "send tag 1 failed");
+        log.expect(!w2.wait(), "send tag 2 failed");
+      } else {
+        auto x = test::make_tensor(t, 100);
+        auto y = test::make_tensor(t, 100);
+        col::recv_options o1;
+        o1.tag = 1;
+        col::recv_options o2;
+        o2.tag = 2;
+        // Receive tag 2 first although tag 1 was sent first.
+        col::recv(y, 0, name, o2);
+        col::recv(x, 0, name, o1);
+        log.expect_equal("tag 1", x, pattern(t, 0, 0, 100, 1));
+        log.expect_equal("tag 2", y, pattern(t, 0, 0, 100, 2));
+      }
+    },
+    std::chrono::seconds{5});
+}
+
+TEST_CASE("consecutive sends between two ranks arrive in order") {
+  auto name = std::string{"p2p-order"};
+  test::run_group(2, name, [&](int rank, rank_log& log) {
+    auto t = col::dtype::float64;
+    constexpr int messages = 50;
+    if (rank == 0) {
+      std::vector<col::tensor> sent;
+      std::vector<col::work> handles;
+      for (int i = 0; i < messages; ++i) {
+        sent.push_back(pattern(t, 0, 0, 17 + i, i));
+        handles.push_back(col::send_async(sent.back(), 1, name));
+      }
+      for (auto& h : handles)
+        log.expect(!h.wait(), "a send failed");
+    } else {
+      for (int i = 0; i < messages; ++i) {
+        auto x = test::make_tensor(t, 17 + i);
+        col::recv(x, 0, name);
+        log.expect_equal("message " + std::to_string(i), x,
+                         pattern(t, 0, 0, 17 + i, i));
+      }
+    }
+  });
+}
