@@ -1,1 +1,612 @@
-// placeholder
+// Bad input, timeouts, several groups at once and the asynchronous API.
+// Every bad input fails with a clear error that names the group, the op
+// and the offending value, before any data moves, and leaves the group
+// usable; a rank that never joins or never calls makes the others fail
+// with a timeout, never hang.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <latch>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+using test::rank_log;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Runs `fn`, expects a collective_error with `code` whose what() contains
+/// every string of `needles`.
+template<class Fn>
+void expect_error(rank_log& log, const std::string& what, col::errc code,
+                  std::initializer_list<std::string> needles, Fn&& fn) {
+  auto e = test::expect_throw(log, what, std::forward<Fn>(fn));
+  if (!e.error()) return; // already recorded
+  std::string text = e.what();
+  if (e.code() != code)
+    log.fail(what + ": code " + std::string{col::to_string(e.code())} +
+             ", expected " + std::string{col::to_string(code)} + " (" + text +
+             ")");
+  for (auto& needle : needles)
+    if (text.find(needle) == std::string::npos)
+      log.fail(what + ": message does not mention '" + needle + "': " + text);
+}
+
+/// The same check in the test thread.
+template<class Fn>
+void check_error(col::errc code, std::initializer_list<std::string> needles,
+                 Fn&& fn) {
+  rank_log log;
+  expect_error(log, "call", code, needles, std::forward<Fn>(fn));
+  for (auto& msg : log.messages())
+    FAIL_CHECK(msg);
+  CHECK(log.failures() == 0);
+}
+
+/// A correct allreduce (sum of int64 over the group), to show the group
+/// still works after a refused call.
+void expect_usable(rank_log& log, const std::string& group, int world,
+                   int rank) {
+  auto x = col::tensor::from_vector(std::vector<int64_t>{rank + 1, 10});
+  try {
+    col::allreduce(x, group);
+  } catch (const std::exception& e) {
+    log.fail("allreduce after bad input failed: " + std::string{e.what()});
+    return;
+  }
+  auto p = static_cast<int64_t*>(x.data());
+  log.expect(p[0] == world * (world + 1) / 2 && p[1] == 10 * world,
+             "allreduce after bad input returned a wrong sum");
+  log.expect(!col::get_group(group)->broken(), "group is marked broken");
+}
+
+} // namespace
+
+// -- group formation ---------------------------------------------------------
+
+TEST_CASE("init refuses a rank outside the world") {
+  col::member_scope scope;
+  auto opts = test::group_options(col::make_in_process_store(), 2s);
+  check_error(col::errc::invalid_argument, {"bad-rank", "rank 2"}, [&] {
+    col::init_collective_group(2, 2, "gloo", "bad-rank", opts);
+  });
+  check_error(col::errc::invalid_argument, {"bad-rank", "-1"}, [&] {
+    col::init_collective_group(2, -1, "gloo", "bad-rank", opts);
+  });
+  CHECK_FALSE(col::is_group_initialized("bad-rank"));
+}
+
+TEST_CASE("init refuses a world size of 0") {
+  col::member_scope scope;
+  auto opts = test::group_options(col::make_in_process_store(), 2s);
+  check_error(
+    col::errc::invalid_argument, {"empty-world", "world size 0"},
+    [&] { col::init_collective_group(0, 0, "gloo", "empty-world", opts); });
+  CHECK_FALSE(col::is_group_initialized("empty-world"));
+  CHECK(col::get_rank("empty-world") == -1);
+}
+
+TEST_CASE("init refuses an unknown backend") {
+  col::member_scope scope;
+  auto opts = test::group_options(col::make_in_process_store(), 2s);
+  check_error(col::errc::invalid_argument, {"carrier-pigeon"}, [&] {
+    col::init_collective_group(1, 0, "carrier-pigeon", "pigeons", opts);
+  });
+  CHECK_FALSE(col::is_group_initialized("pigeons"));
+}
+
+TEST_CASE("init refuses a duplicate group name and keeps the first group") {
+  col::member_scope scope;
+  auto opts = test::group_options(col::make_in_process_store(), 5s);
+  col::init_collective_group(1, 0, "gloo", "dup", opts);
+  REQUIRE(col::is_group_initialized("dup"));
+  check_error(col::errc::duplicate_group, {"dup"}, [&] {
+    col::init_collective_group(
+      1, 0, "gloo", "dup",
+      test::group_options(col::make_in_process_store(), 5s));
+  });
+  CHECK(col::is_group_initialized("dup"));
+  CHECK(col::get_rank("dup") == 0);
+  CHECK(col::get_collective_group_size("dup") == 1);
+  rank_log log;
+  expect_usable(log, "dup", 1, 0);
+  for (auto& msg : log.messages())
+    FAIL_CHECK(msg);
+  CHECK(log.failures() == 0);
+  col::destroy_collective_group("dup");
+  CHECK_FALSE(col::is_group_initialized("dup"));
+}
+
+TEST_CASE("unknown groups are refused by name") {
+  col::member_scope scope;
+  std::vector<float> xs(4, 1.0f);
+  auto v = col::view_of(xs);
+  check_error(col::errc::unknown_group, {"nope"},
+              [&] { col::allreduce(v, "nope"); });
+  check_error(col::errc::unknown_group, {"nope"},
+              [&] { col::destroy_collective_group("nope"); });
+  check_error(col::errc::unknown_group, {"nope"},
+              [&] { col::get_group("nope"); });
+  check_error(col::errc::unknown_group, {"nope"},
+              [&] { (void)col::allreduce_async(v, "nope"); });
+  check_error(col::errc::unknown_group, {"nope"},
+              [&] { col::barrier("nope"); });
+  CHECK_FALSE(col::is_group_initialized("nope"));
+  CHECK(col::get_rank("nope") == -1);
+  CHECK(col::get_collective_group_size("nope") == -1);
+  CHECK(xs == std::vector<float>(4, 1.0f));
+}
+
+TEST_CASE("groups are private to their member scope") {
+  col::member_scope outer;
+  col::init_collective_group(
+    1, 0, "gloo", "scoped",
+    test::group_options(col::make_in_process_store(), 5s));
+  std::atomic<bool> seen_in_other_thread{true};
+  std::thread t{[&] {
+    col::member_scope inner;
+    seen_in_other_thread = col::is_group_initialized("scoped");
+  }};
+  t.join();
+  CHECK_FALSE(seen_in_other_thread.load());
+  CHECK(col::is_group_initialized("scoped"));
+}
+
+// -- bad arguments to operations -------------------------------------------
+
+TEST_CASE("bad arguments fail before any data moves and the group stays "
+          "usable") {
+  constexpr int world = 3;
+  const std::string g = "bad-args";
+  test::run_group(world, g, [&](int rank, rank_log& log) {
+    auto f32 = col::dtype::float32;
+    auto in = test::make_tensor(f32, 6);
+    test::fill_input(in, col::reduce_op::sum, rank);
+    auto fresh_in = in.clone();
+    if (!fresh_in) throw std::runtime_error("clone failed");
+    auto out_bad = test::make_tensor(f32, 7);
+    test::poison(out_bad);
+    auto poisoned = test::make_tensor(f32, 7);
+    test::poison(poisoned);
+    auto expect_untouched = [&](const std::string& what) {
+      log.expect_equal(what + ": input changed", in, *fresh_in);
+      log.expect_equal(what + ": output changed", out_bad, poisoned);
+    };
+    // Wrong output sizes: allgather wants 18, gather 18 at the root,
+    // reduce_scatter 2.
+    expect_error(log, "allgather size", col::errc::invalid_argument,
+                 {g, "allgather", "7", "18"},
+                 [&] { col::allgather(in, out_bad, g); });
+    expect_untouched("allgather size");
+    expect_error(log, "gather size", col::errc::invalid_argument,
+                 {g, "gather", "7", "18"},
+                 [&] { col::gather(in, out_bad, g); });
+    expect_untouched("gather size");
+    expect_error(log, "reduce_scatter size", col::errc::invalid_argument,
+                 {g, "reduce_scatter", "7", "2"},
+                 [&] { col::reduce_scatter(in, out_bad, g); });
+    expect_untouched("reduce_scatter size");
+    expect_error(log, "allreduce size", col::errc::invalid_argument,
+                 {g, "allreduce", "7", "6"},
+                 [&] { col::allreduce(in, out_bad, g); });
+    expect_untouched("allreduce size");
+    // Roots out of range, both sides.
+    for (int root : {world, -1, 100}) {
+      auto r = std::to_string(root);
+      expect_error(log, "broadcast root " + r, col::errc::invalid_argument,
+                   {g, "broadcast", r}, [&] { col::broadcast(in, root, g); });
+      col::reduce_options ro;
+      ro.root = root;
+      expect_error(log, "reduce root " + r, col::errc::invalid_argument,
+                   {g, "reduce", r}, [&] { col::reduce(in, in, g, ro); });
+      col::gather_options go;
+      go.root = root;
+      auto gout = test::make_tensor(f32, 18);
+      expect_error(log, "gather root " + r, col::errc::invalid_argument,
+                   {g, "gather", r}, [&] { col::gather(in, gout, g, go); });
+      col::scatter_options so;
+      so.root = root;
+      auto sin = test::make_tensor(f32, 6);
+      auto sout = test::make_tensor(f32, 2);
+      expect_error(log, "scatter root " + r, col::errc::invalid_argument,
+                   {g, "scatter", r}, [&] { col::scatter(sin, sout, g, so); });
+      expect_untouched("root " + r);
+    }
+    // dtype mismatch between input and output.
+    auto out_i32 = test::make_tensor(col::dtype::int32, 6);
+    test::poison(out_i32);
+    expect_error(log, "allreduce dtype", col::errc::invalid_argument,
+                 {g, "allreduce", "float32", "int32"},
+                 [&] { col::allreduce(in, out_i32, g); });
+    auto gathered_i64 = test::make_tensor(col::dtype::int64, 18);
+    expect_error(log, "allgather dtype", col::errc::invalid_argument,
+                 {g, "allgather", "float32", "int64"},
+                 [&] { col::allgather(in, gathered_i64, g); });
+    auto rs_f64 = test::make_tensor(col::dtype::float64, 2);
+    expect_error(log, "reduce_scatter dtype", col::errc::invalid_argument,
+                 {g, "reduce_scatter", "float32", "float64"},
+                 [&] { col::reduce_scatter(in, rs_f64, g); });
+    auto poisoned_i32 = test::make_tensor(col::dtype::int32, 6);
+    test::poison(poisoned_i32);
+    log.expect_equal("dtype mismatch: output changed", out_i32, poisoned_i32);
+    // Send to / receive from oneself.
+    auto me = std::to_string(rank);
+    expect_error(log, "send to self", col::errc::invalid_argument,
+                 {g, "send", me}, [&] { col::send(in, rank, g); });
+    expect_error(log, "recv from self", col::errc::invalid_argument,
+                 {g, "recv", me}, [&] { col::recv(in, rank, g); });
+    expect_error(log, "send to rank 3", col::errc::invalid_argument,
+                 {g, "send", "3"}, [&] { col::send(in, world, g); });
+    // Null data with a non-zero count.
+    col::tensor_view null_view{nullptr, f32, size_t{10}};
+    expect_error(log, "null allreduce", col::errc::invalid_argument,
+                 {g, "allreduce", "null", "10"},
+                 [&] { col::allreduce(null_view, g); });
+    auto out10 = test::make_tensor(f32, 10);
+    expect_error(log, "null broadcast", col::errc::invalid_argument,
+                 {g, "broadcast", "null", "10"},
+                 [&] { col::broadcast(null_view, 0, g); });
+    expect_error(log, "null allgather input", col::errc::invalid_argument,
+                 {g, "allgather", "null"}, [&] {
+                   auto big = test::make_tensor(f32, 30);
+                   col::allgather(null_view, big, g);
+                 });
+    expect_error(log, "null send", col::errc::invalid_argument,
+                 {g, "send", "null"},
+                 [&] { col::send(null_view, (rank + 1) % world, g); });
+    // A null pointer with zero elements is fine: nothing to move.
+    col::tensor_view null_empty{nullptr, f32, size_t{0}};
+    try {
+      col::allreduce(null_empty, g);
+    } catch (const std::exception& e) {
+      log.fail(std::string{"empty null allreduce failed: "} + e.what());
+    }
+    // Bitwise ops on floating-point dtypes.
+    for (auto t : {col::dtype::float16, col::dtype::bfloat16,
+                   col::dtype::float32, col::dtype::float64}) {
+      for (auto op :
+           {col::reduce_op::band, col::reduce_op::bor, col::reduce_op::bxor}) {
+        auto tn = std::string{col::to_string(t)};
+        auto on = std::string{col::to_string(op)};
+        auto x = test::make_tensor(t, 6);
+        test::fill_input(x, col::reduce_op::sum, rank);
+        auto before = x.clone();
+        if (!before) throw std::runtime_error("clone failed");
+        col::allreduce_options ao;
+        ao.op = op;
+        expect_error(log, "allreduce " + on + " " + tn,
+                     col::errc::invalid_argument, {g, "allreduce", on, tn},
+                     [&] { col::allreduce(x, g, ao); });
+        col::reduce_options ro;
+        ro.op = op;
+        expect_error(log, "reduce " + on + " " + tn,
+                     col::errc::invalid_argument, {g, "reduce", on, tn},
+                     [&] { col::reduce(x, 0, g, ro); });
+        col::reduce_scatter_options rso;
+        rso.op = op;
+        auto y = test::make_tensor(t, 2);
+        expect_error(log, "reduce_scatter " + on + " " + tn,
+                     col::errc::invalid_argument, {g, "reduce_scatter", on, tn},
+                     [&] { col::reduce_scatter(x, y, g, rso); });
+        log.expect_equal("bitwise " + on + " " + tn + ": data changed", x,
+                         *before);
+      }
+    }
+    // Uneven-count vectors of the wrong length or sum.
+    col::allgatherv_options agv;
+    agv.counts = {6, 6};
+    auto agv_out = test::make_tensor(f32, 12);
+    expect_error(log, "allgatherv counts", col::errc::invalid_argument,
+                 {g, "allgatherv", "2"},
+                 [&] { col::allgatherv(in, agv_out, g, agv); });
+    col::alltoallv_options atv;
+    atv.send_counts = {2, 2, 2};
+    atv.recv_counts = {2, 2, 3};
+    auto atv_out = test::make_tensor(f32, 6);
+    expect_error(log, "alltoallv recv counts", col::errc::invalid_argument,
+                 {g, "alltoallv", "7"},
+                 [&] { col::alltoallv(in, atv_out, g, atv); });
+    // A negative per-op timeout.
+    col::allreduce_options neg;
+    neg.timeout = -5ms;
+    expect_error(log, "negative timeout", col::errc::invalid_argument,
+                 {g, "allreduce", "-5"}, [&] { col::allreduce(in, g, neg); });
+    // After all of that, the group still works.
+    expect_usable(log, g, world, rank);
+  });
+}
+
+TEST_CASE("asynchronous calls report bad arguments through their work") {
+  const std::string g = "bad-async";
+  test::run_group(2, g, [&](int rank, rank_log& log) {
+    auto x = test::make_tensor(col::dtype::float32, 4);
+    col::allreduce_options ao;
+    ao.op = col::reduce_op::bxor;
+    col::work w;
+    try {
+      w = col::allreduce_async(x, g, ao);
+    } catch (const std::exception& e) {
+      log.fail(std::string{"allreduce_async threw: "} + e.what());
+      return;
+    }
+    log.expect(w.valid(), "invalid work handle");
+    auto err = w.wait();
+    log.expect(col::code_of(err) == col::errc::invalid_argument,
+               "expected invalid_argument, got " + col::render(err));
+    log.expect(w.ready(), "failed work is not ready");
+    expect_usable(log, g, 2, rank);
+  });
+}
+
+// -- timeouts --------------------------------------------------------------
+
+TEST_CASE("a rank that never joins makes the others' init time out") {
+  const std::string g = "missing-rank";
+  auto store = col::make_in_process_store();
+  std::vector<clock_type::duration> elapsed(2);
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    auto start = clock_type::now();
+    // World size 3: rank 2 never comes.
+    expect_error(log, "init", col::errc::timeout, {g}, [&] {
+      col::init_collective_group(3, rank, "gloo", g,
+                                 test::group_options(store, 500ms));
+    });
+    elapsed[rank] = clock_type::now() - start;
+    log.expect(!col::is_group_initialized(g),
+               "a failed init left the group behind");
+  });
+  test::check_ranks(results);
+  for (auto e : elapsed) {
+    CHECK(e >= 400ms); // it waited for the missing rank
+    CHECK(e < 20s);    // and gave up
+  }
+}
+
+TEST_CASE("a group name can be used again after a failed init") {
+  const std::string g = "retry-after-timeout";
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    expect_error(log, "first init", col::errc::timeout, {g}, [&] {
+      col::init_collective_group(
+        3, rank, "gloo", g,
+        test::group_options(col::shared_in_process_store("retry-1"), 500ms));
+    });
+  });
+  test::check_ranks(results);
+  test::run_group(
+    2, g, [&](int rank, rank_log& log) { expect_usable(log, g, 2, rank); });
+}
+
+namespace {
+
+/// Rank 0 calls `op` with a 500 ms timeout; rank 1 never calls it but
+/// stays in the group until rank 0 is done. Rank 0 must fail with a
+/// timeout and then see the group broken (aborted).
+void never_calls(const std::string& g,
+                 const std::function<void(const std::string&)>& op,
+                 col::milliseconds group_timeout = 30s) {
+  std::latch done{1};
+  clock_type::duration elapsed{};
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", g,
+                               test::group_options(store, group_timeout));
+    if (rank == 1) {
+      done.wait();
+      return;
+    }
+    // Release rank 1 however rank 0 leaves this body.
+    struct release {
+      std::latch& l;
+      ~release() { l.count_down(); }
+    } guard{done};
+    auto start = clock_type::now();
+    expect_error(log, "op", col::errc::timeout, {g}, [&] { op(g); });
+    elapsed = clock_type::now() - start;
+    log.expect(col::get_group(g)->broken(), "timeout did not break the group");
+    auto x = col::tensor::from_vector(std::vector<int32_t>{1});
+    expect_error(log, "op after timeout", col::errc::aborted, {g},
+                 [&] { col::allreduce(x, g); });
+  });
+  test::check_ranks(results);
+  CHECK(elapsed >= 400ms);
+  CHECK(elapsed < 20s);
+}
+
+} // namespace
+
+TEST_CASE("a rank that never calls allreduce makes the other time out") {
+  never_calls("silent-allreduce", [](const std::string& g) {
+    auto x = col::tensor::from_vector(std::vector<float>(1000, 1.0f));
+    col::allreduce_options opts;
+    opts.timeout = 500ms;
+    col::allreduce(x, g, opts);
+  });
+}
+
+TEST_CASE("a rank that never calls barrier makes the other time out") {
+  never_calls("silent-barrier", [](const std::string& g) {
+    col::barrier_options opts;
+    opts.timeout = 500ms;
+    col::barrier(g, opts);
+  });
+}
+
+TEST_CASE("a recv without a sender times out") {
+  never_calls("silent-sender", [](const std::string& g) {
+    auto x = col::tensor::from_vector(std::vector<int64_t>(10));
+    col::recv_options opts;
+    opts.timeout = 500ms;
+    col::recv(x, 1, g, opts);
+  });
+}
+
+TEST_CASE("the group's default timeout applies to operations") {
+  never_calls(
+    "silent-default-timeout",
+    [](const std::string& g) {
+      auto x = test::make_tensor(col::dtype::float32, 100);
+      auto y = test::make_tensor(col::dtype::float32, 200);
+      col::allgather(x, y, g);
+    },
+    500ms);
+}
+
+TEST_CASE("ranks that disagree on the element count fail instead of hanging") {
+  const std::string g = "count-mismatch";
+  auto store = col::make_in_process_store();
+  std::latch done{2};
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", g,
+                               test::group_options(store, 2s));
+    auto x = test::make_tensor(col::dtype::float32, rank == 0 ? 1000 : 3000);
+    try {
+      col::allreduce(x, g);
+      log.fail("allreduce with 1000 vs 3000 elements succeeded");
+    } catch (const col::collective_error& e) {
+      // mismatch, backend_error, timeout or aborted: any error will do, as
+      // long as it came and names the group.
+      log.expect(std::string{e.what()}.find(g) != std::string::npos,
+                 std::string{"error does not name the group: "} + e.what());
+    }
+    done.arrive_and_wait();
+  });
+  test::check_ranks(results);
+}
+
+// -- several groups at once
+// ----------------------------------------------------
+
+TEST_CASE("several named groups coexist over the same and different ranks") {
+  constexpr int world = 4;
+  auto all_a = col::make_in_process_store();
+  auto all_b = col::make_in_process_store();
+  auto evens = col::make_in_process_store();
+  auto odds = col::make_in_process_store();
+  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
+    auto opts = [](col::rendezvous_store_ptr s) {
+      return test::group_options(std::move(s), 30s);
+    };
+    col::init_collective_group(world, rank, "gloo", "all-a", opts(all_a));
+    col::init_collective_group(world, rank, "gloo", "all-b", opts(all_b));
+    // Subgroups: threads 0 and 2 form "pairs" as ranks 0 and 1, threads 1
+    // and 3 form another "pairs" under their own store: the same name in
+    // different members is fine.
+    auto sub = rank / 2;
+    col::init_collective_group(2, sub, "gloo", "pairs",
+                               opts(rank % 2 == 0 ? evens : odds));
+    log.expect(col::get_rank("all-a") == rank, "rank in all-a");
+    log.expect(col::get_rank("pairs") == sub, "rank in pairs");
+    log.expect(col::get_collective_group_size("pairs") == 2, "size of pairs");
+    log.expect(col::get_collective_group_size("all-b") == world,
+               "size of all-b");
+    for (int round = 0; round < 5; ++round) {
+      auto a = col::tensor::from_vector(std::vector<int64_t>{rank, round});
+      auto b = col::tensor::from_vector(std::vector<int64_t>{rank * 10});
+      auto p = col::tensor::from_vector(std::vector<int64_t>{rank, 1});
+      // Interleave asynchronous ops over the three groups.
+      auto wb = col::allreduce_async(b, "all-b");
+      auto wp = col::allreduce_async(p, "pairs");
+      col::allreduce(a, "all-a");
+      log.expect(!wb.wait() && !wp.wait(), "an async op failed");
+      auto pa = static_cast<int64_t*>(a.data());
+      auto pb = static_cast<int64_t*>(b.data());
+      auto pp = static_cast<int64_t*>(p.data());
+      log.expect(pa[0] == 6 && pa[1] == 4 * round, "all-a sum");
+      log.expect(pb[0] == 60, "all-b sum");
+      int64_t partner = rank % 2 == 0 ? 0 + 2 : 1 + 3;
+      log.expect(pp[0] == partner && pp[1] == 2, "pairs sum");
+      ++log.checks;
+    }
+    col::destroy_collective_group("pairs");
+    log.expect(!col::is_group_initialized("pairs"), "pairs destroyed");
+    log.expect(col::is_group_initialized("all-a"), "all-a survives");
+    expect_usable(log, "all-a", world, rank);
+    expect_usable(log, "all-b", world, rank);
+    log.expect(log.checks == 5, "not every round ran");
+  });
+  test::check_ranks(results);
+}
+
+// -- asynchronous API ---------------------------------------------------------
+
+TEST_CASE("async operations return work that completes and calls back") {
+  const std::string g = "async";
+  constexpr int world = 3;
+  test::run_group(world, g, [&](int rank, rank_log& log) {
+    constexpr int ops = 8;
+    std::vector<col::tensor> xs;
+    std::vector<col::work> ws;
+    std::vector<std::promise<caf::error>> called(ops);
+    for (int i = 0; i < ops; ++i) {
+      xs.push_back(col::tensor::from_vector(std::vector<int32_t>{rank, i}));
+      ws.push_back(col::allreduce_async(xs.back(), g));
+      ws.back().on_complete(
+        [&called, i](const caf::error& err) { called[i].set_value(err); });
+    }
+    // Wait in reverse order.
+    for (int i = ops - 1; i >= 0; --i) {
+      log.expect(ws[i].valid(), "work not valid");
+      auto err = ws[i].wait();
+      log.expect(!err, "async allreduce failed: " + col::render(err));
+      log.expect(ws[i].ready(), "waited work not ready");
+      log.expect(ws[i].wait_for(0ms), "wait_for on finished work");
+      auto p = static_cast<int32_t*>(xs[i].data());
+      log.expect(p[0] == 3 && p[1] == world * i,
+                 "async allreduce " + std::to_string(i) + " result");
+      auto fut = called[i].get_future();
+      if (fut.wait_for(20s) != std::future_status::ready)
+        log.fail("on_complete " + std::to_string(i) + " never ran");
+      else
+        log.expect(!fut.get(), "on_complete got an error");
+    }
+    for (int i = 1; i < ops; ++i)
+      log.expect(ws[i].seq() > ws[i - 1].seq(),
+                 "sequence numbers do not increase");
+    // on_complete on a finished work runs right away, in this thread.
+    bool ran = false;
+    auto me = std::this_thread::get_id();
+    bool same_thread = false;
+    ws[0].on_complete([&](const caf::error&) {
+      ran = true;
+      same_thread = std::this_thread::get_id() == me;
+    });
+    log.expect(ran && same_thread, "on_complete on finished work");
+    // Mixed async collectives queue in order.
+    auto in = test::make_tensor(col::dtype::int64, 4);
+    test::fill_pattern(in, rank);
+    auto out = test::make_tensor(col::dtype::int64, 4 * world);
+    auto w1 = col::allgather_async(in, out, g);
+    auto w2 = col::barrier_async(g);
+    log.expect(!w2.wait(), "barrier_async failed");
+    log.expect(w1.ready(), "an earlier op finished after a later one");
+    log.expect(!w1.wait(), "allgather_async failed");
+  });
+}
+
+TEST_CASE("work::completed is ready with its error") {
+  auto ok = col::work::completed(7, caf::error{});
+  CHECK(ok.valid());
+  CHECK(ok.ready());
+  CHECK(ok.seq() == 7);
+  CHECK_FALSE(ok.wait());
+  auto bad =
+    col::work::completed(1, col::make_error(col::errc::aborted, "stopped"));
+  CHECK(col::code_of(bad.wait()) == col::errc::aborted);
+  caf::error seen;
+  bad.on_complete([&](const caf::error& err) { seen = err; });
+  CHECK(col::code_of(seen) == col::errc::aborted);
+}
+
+TEST_CASE("destroying a group and forming it again works") {
+  const std::string g = "reform";
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    test::run_group(2, g, [&](int rank, rank_log& log) {
+      log.expect(col::is_group_initialized(g), "not initialized");
+      expect_usable(log, g, 2, rank);
+    });
+  }
+}
