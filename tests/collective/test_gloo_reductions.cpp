@@ -386,3 +386,97 @@ TEST_CASE("float16 and bfloat16 accumulate in float32 and round once with 7 "
           "ranks") {
   half_accumulation(7);
 }
+
+// -- integer avg: the sum is formed exactly
+// ------------------------------------
+
+namespace {
+
+// Values near the top (and bottom) of each integer type, so the sum of the
+// ranks overflows the dtype while the average fits: the documented
+// semantics (exact 64-bit sum, then C++ division) must still hold.
+int64_t near_limit(col::dtype t, int rank, size_t i) {
+  int64_t wobble = static_cast<int64_t>((i + 3 * rank) % 5);
+  bool negative = t != col::dtype::uint8 && (i + rank) % 2 == 1 && i % 3 == 0;
+  switch (t) {
+    case col::dtype::int8: return negative ? -120 - wobble : 120 + wobble;
+    case col::dtype::uint8: return 250 + wobble;
+    case col::dtype::int32:
+      return negative ? -2'000'000'000 - wobble : 2'000'000'000 + wobble;
+    default: // int64: sums of up to 7 ranks still fit in 64 bits
+      return negative ? -(int64_t{1} << 59) - wobble
+                      : (int64_t{1} << 59) + wobble;
+  }
+}
+
+void integer_avg_overflow(int world) {
+  constexpr size_t n = 1003;
+  auto w = static_cast<size_t>(world);
+  std::string name = "integer-avg-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    for (auto t : {col::dtype::int8, col::dtype::uint8, col::dtype::int32,
+                   col::dtype::int64}) {
+      auto fill = [&](const col::tensor_view& x) {
+        for (size_t i = 0; i < x.numel(); ++i)
+          test::store_int(t, x.data(), i, near_limit(t, rank, i));
+      };
+      auto expected = test::make_tensor(t, w * n);
+      for (size_t i = 0; i < w * n; ++i) {
+        int64_t sum = 0;
+        for (int r = 0; r < world; ++r)
+          sum += near_limit(t, r, i);
+        test::store_int(t, expected.data(), i, sum / world);
+      }
+      for (auto algo : algorithms) {
+        auto what =
+          test::case_name("allreduce", t, col::reduce_op::avg, world, n) +
+          " algorithm " + algorithm_name(algo);
+        col::allreduce_options opts;
+        opts.op = col::reduce_op::avg;
+        opts.algorithm = algo;
+        auto x = test::make_tensor(t, n);
+        fill(x);
+        col::allreduce(x, name, opts);
+        log.expect_equal(what, x, expected.view().slice(0, n));
+      }
+      col::reduce_scatter_options rso;
+      rso.op = col::reduce_op::avg;
+      auto in = test::make_tensor(t, w * n);
+      auto out = test::make_tensor(t, n);
+      fill(in);
+      col::reduce_scatter(in, out, name, rso);
+      log.expect_equal(
+        test::case_name("reduce_scatter", t, col::reduce_op::avg, world, n),
+        out, expected.view().slice(rank * n, n));
+      for (int root : roots_of(world)) {
+        col::reduce_options ro;
+        ro.op = col::reduce_op::avg;
+        ro.root = root;
+        auto x = test::make_tensor(t, n);
+        fill(x);
+        col::reduce(x, root, name, ro);
+        if (rank == root)
+          log.expect_equal(
+            test::case_name("reduce", t, col::reduce_op::avg, world, n) +
+              " root " + std::to_string(root),
+            x, expected.view().slice(0, n));
+      }
+      ++log.checks;
+    }
+    log.expect(log.checks == 4, "not every dtype ran");
+  });
+}
+
+} // namespace
+
+TEST_CASE("integer avg forms the sum exactly before dividing with 2 ranks") {
+  integer_avg_overflow(2);
+}
+
+TEST_CASE("integer avg forms the sum exactly before dividing with 3 ranks") {
+  integer_avg_overflow(3);
+}
+
+TEST_CASE("integer avg forms the sum exactly before dividing with 7 ranks") {
+  integer_avg_overflow(7);
+}
