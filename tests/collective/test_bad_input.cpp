@@ -610,3 +610,76 @@ TEST_CASE("destroying a group and forming it again works") {
     });
   }
 }
+
+// -- abort and destroy -------------------------------------------------------
+
+TEST_CASE("abort fails the running and queued operations at once") {
+  const std::string g = "aborted";
+  auto store = col::make_in_process_store();
+  std::latch done{1};
+  clock_type::duration elapsed{};
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", g,
+                               test::group_options(store, 15s));
+    if (rank == 1) { // never calls; stays until rank 0 is done
+      done.wait();
+      return;
+    }
+    struct release {
+      std::latch& l;
+      ~release() { l.count_down(); }
+    } guard{done};
+    auto grp = col::get_group(g);
+    auto x = col::tensor::from_vector(std::vector<float>(100, 1.0f));
+    auto y = col::tensor::from_vector(std::vector<float>(100, 1.0f));
+    auto start = clock_type::now();
+    auto running = col::allreduce_async(x, g);
+    auto queued = col::allreduce_async(y, g);
+    std::thread aborter{[grp] {
+      std::this_thread::sleep_for(200ms);
+      grp->abort("test abort");
+    }};
+    auto e1 = running.wait();
+    auto e2 = queued.wait();
+    elapsed = clock_type::now() - start;
+    aborter.join();
+    log.expect(col::code_of(e1) == col::errc::aborted ||
+                 col::code_of(e1) == col::errc::peer_lost ||
+                 col::code_of(e1) == col::errc::backend_error,
+               "running op: " + col::render(e1));
+    log.expect(col::code_of(e2) == col::errc::aborted,
+               "queued op: " + col::render(e2));
+    log.expect(col::render(e2).find("test abort") != std::string::npos,
+               "queued op's error does not say why: " + col::render(e2));
+    log.expect(grp->broken(), "abort did not break the group");
+    log.expect(col::render(grp->broken_reason()).find("test abort") !=
+                 std::string::npos,
+               "broken_reason: " + col::render(grp->broken_reason()));
+  });
+  test::check_ranks(results);
+  CHECK(elapsed < 10s); // well before the 15 s op timeout
+}
+
+TEST_CASE("destroying a group finishes its queued operations first") {
+  const std::string g = "drain";
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    col::init_collective_group(3, rank, "gloo", g,
+                               test::group_options(store, 30s));
+    std::vector<col::tensor> xs;
+    std::vector<col::work> ws;
+    for (int i = 0; i < 10; ++i) {
+      xs.push_back(col::tensor::from_vector(std::vector<int64_t>(1000, i)));
+      ws.push_back(col::allreduce_async(xs.back(), g));
+    }
+    col::destroy_collective_group(g);
+    for (int i = 0; i < 10; ++i) {
+      log.expect(ws[i].ready(), "op " + std::to_string(i) + " not finished");
+      auto err = ws[i].wait();
+      log.expect(!err, "op " + std::to_string(i) + ": " + col::render(err));
+      log.expect(static_cast<int64_t*>(xs[i].data())[999] == 3 * i,
+                 "op " + std::to_string(i) + " result");
+    }
+  });
+  test::check_ranks(results);
+}
