@@ -9,6 +9,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "lane.hpp"
 
 namespace caf_collective {
 
@@ -53,8 +54,10 @@ group_ptr find_group(std::string_view group_name) {
   return i == tbl.groups.end() ? nullptr : i->second;
 }
 
-void wait_or_throw(const work& w) {
-  throw_if(w.wait());
+template<class Submit>
+void run_blocking(Submit submit) {
+  detail::run_inline_scope allow_inline;
+  throw_if(submit().wait());
 }
 
 } // namespace
@@ -218,81 +221,85 @@ work barrier_async(std::string_view group_name, barrier_options opts) {
 
 void send(const tensor_view& tensor, int dst_rank, std::string_view group_name,
           send_options opts) {
-  wait_or_throw(send_async(tensor, dst_rank, group_name, opts));
+  run_blocking([&] { return send_async(tensor, dst_rank, group_name, opts); });
 }
 
 void recv(const tensor_view& tensor, int src_rank, std::string_view group_name,
           recv_options opts) {
-  wait_or_throw(recv_async(tensor, src_rank, group_name, opts));
+  run_blocking([&] { return recv_async(tensor, src_rank, group_name, opts); });
 }
 
 void broadcast(const tensor_view& tensor, int src_rank,
                std::string_view group_name, broadcast_options opts) {
-  wait_or_throw(broadcast_async(tensor, src_rank, group_name, opts));
+  run_blocking(
+    [&] { return broadcast_async(tensor, src_rank, group_name, opts); });
 }
 
 void broadcast(const tensor_view& in, const tensor_view& out,
                std::string_view group_name, broadcast_options opts) {
-  wait_or_throw(get_group(group_name)->broadcast(in, out, opts));
+  run_blocking([&] { return get_group(group_name)->broadcast(in, out, opts); });
 }
 
 void reduce(const tensor_view& tensor, int dst_rank,
             std::string_view group_name, reduce_options opts) {
-  wait_or_throw(reduce_async(tensor, dst_rank, group_name, opts));
+  run_blocking(
+    [&] { return reduce_async(tensor, dst_rank, group_name, opts); });
 }
 
 void reduce(const tensor_view& in, const tensor_view& out,
             std::string_view group_name, reduce_options opts) {
-  wait_or_throw(get_group(group_name)->reduce(in, out, opts));
+  run_blocking([&] { return get_group(group_name)->reduce(in, out, opts); });
 }
 
 void allreduce(const tensor_view& tensor, std::string_view group_name,
                allreduce_options opts) {
-  wait_or_throw(allreduce_async(tensor, group_name, opts));
+  run_blocking([&] { return allreduce_async(tensor, group_name, opts); });
 }
 
 void allreduce(const tensor_view& in, const tensor_view& out,
                std::string_view group_name, allreduce_options opts) {
-  wait_or_throw(allreduce_async(in, out, group_name, opts));
+  run_blocking([&] { return allreduce_async(in, out, group_name, opts); });
 }
 
 void allgather(const tensor_view& in, const tensor_view& out,
                std::string_view group_name, allgather_options opts) {
-  wait_or_throw(allgather_async(in, out, group_name, opts));
+  run_blocking([&] { return allgather_async(in, out, group_name, opts); });
 }
 
 void allgatherv(const tensor_view& in, const tensor_view& out,
                 std::string_view group_name, allgatherv_options opts) {
-  wait_or_throw(allgatherv_async(in, out, group_name, std::move(opts)));
+  run_blocking(
+    [&] { return allgatherv_async(in, out, group_name, std::move(opts)); });
 }
 
 void gather(const tensor_view& in, const tensor_view& out,
             std::string_view group_name, gather_options opts) {
-  wait_or_throw(gather_async(in, out, group_name, opts));
+  run_blocking([&] { return gather_async(in, out, group_name, opts); });
 }
 
 void scatter(const tensor_view& in, const tensor_view& out,
              std::string_view group_name, scatter_options opts) {
-  wait_or_throw(scatter_async(in, out, group_name, opts));
+  run_blocking([&] { return scatter_async(in, out, group_name, opts); });
 }
 
 void reduce_scatter(const tensor_view& in, const tensor_view& out,
                     std::string_view group_name, reduce_scatter_options opts) {
-  wait_or_throw(reduce_scatter_async(in, out, group_name, opts));
+  run_blocking([&] { return reduce_scatter_async(in, out, group_name, opts); });
 }
 
 void alltoall(const tensor_view& in, const tensor_view& out,
               std::string_view group_name, alltoall_options opts) {
-  wait_or_throw(alltoall_async(in, out, group_name, opts));
+  run_blocking([&] { return alltoall_async(in, out, group_name, opts); });
 }
 
 void alltoallv(const tensor_view& in, const tensor_view& out,
                std::string_view group_name, alltoallv_options opts) {
-  wait_or_throw(alltoallv_async(in, out, group_name, std::move(opts)));
+  run_blocking(
+    [&] { return alltoallv_async(in, out, group_name, std::move(opts)); });
 }
 
 void barrier(std::string_view group_name, barrier_options opts) {
-  wait_or_throw(barrier_async(group_name, opts));
+  run_blocking([&] { return barrier_async(group_name, opts); });
 }
 
 } // namespace caf_collective

@@ -111,35 +111,46 @@ work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
+  detail::lane::task task;
+  bool run_here = false;
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
     state = std::make_shared<detail::work_state>(next_seq_++);
-    target.post(
-      [self = shared_from_this(), state, op, body = std::move(body)]() mutable {
-        auto seq = static_cast<int64_t>(state->seq());
-        caf::error err;
-        // The send lane may run before formation finished on the main lane.
-        self->formed_.wait();
-        if (self->broken()) {
-          err = make_error(errc::aborted, self->context(op, seq),
-                           "group is broken by an earlier failure: " +
-                             render(self->broken_reason()));
-        } else if (op != op_kind::barrier &&
-                   !self->backend_->supports(op, body.dev.kind, body.type)) {
-          err = make_error(errc::unsupported, self->context(op, seq),
-                           "backend " + std::string{self->backend_->name()} +
-                             " cannot run " + std::string{to_string(op)} +
-                             " on " + std::string{to_string(body.type)} +
-                             " tensors on " + to_string(body.dev));
-        } else {
-          op_call call{state->seq(), self->cfg_.timeout};
-          if (body.timeout.count() > 0) call.timeout = body.timeout;
-          err = body(*self->backend_, call);
-          if (err && breaks_group(err)) self->break_with(err);
-        }
-        state->complete(std::move(err));
-      });
+    task = [self = shared_from_this(), state, op,
+            body = std::move(body)]() mutable {
+      auto seq = static_cast<int64_t>(state->seq());
+      caf::error err;
+      // The send lane may run before formation finished on the main lane.
+      self->formed_.wait();
+      if (self->broken()) {
+        err = make_error(errc::aborted, self->context(op, seq),
+                         "group is broken by an earlier failure: " +
+                           render(self->broken_reason()));
+      } else if (op != op_kind::barrier &&
+                 !self->backend_->supports(op, body.dev.kind, body.type)) {
+        err = make_error(errc::unsupported, self->context(op, seq),
+                         "backend " + std::string{self->backend_->name()} +
+                           " cannot run " + std::string{to_string(op)} +
+                           " on " + std::string{to_string(body.type)} +
+                           " tensors on " + to_string(body.dev));
+      } else {
+        op_call call{state->seq(), self->cfg_.timeout};
+        if (body.timeout.count() > 0) call.timeout = body.timeout;
+        err = body(*self->backend_, call);
+        if (err && breaks_group(err)) self->break_with(err);
+      }
+      state->complete(std::move(err));
+    };
+    // A blocking caller waits for the result anyway: when the lane is idle
+    // it runs the operation itself, in order, saving two thread hand-offs.
+    run_here = detail::run_inline_scope::active() && target.try_claim();
+    if (!run_here) target.post(std::move(task));
+  }
+  if (run_here) {
+    task();
+    task = nullptr;
+    target.release();
   }
   return work{state};
 }

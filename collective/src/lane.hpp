@@ -29,6 +29,14 @@ class lane {
   /// Queues `fn`; tasks run one at a time in posting order.
   void post(task fn);
 
+  /// Lets the caller run one task itself, in order: succeeds only if the
+  /// lane is idle and nothing is queued. Tasks posted meanwhile wait until
+  /// `release`. The blocking API uses this to save two thread hand-offs.
+  bool try_claim();
+
+  /// Ends a successful `try_claim`.
+  void release();
+
   /// Whether the caller runs on this lane's thread.
   bool on_lane() const noexcept {
     return std::this_thread::get_id() == thread_.get_id();
@@ -41,12 +49,31 @@ class lane {
     std::condition_variable cv;
     std::deque<task> tasks;
     bool stopping = false;
+    bool busy = false;    // the lane thread runs a task
+    bool claimed = false; // a caller runs a task itself
   };
 
   static void run(std::shared_ptr<queue_state> state);
 
   std::shared_ptr<queue_state> state_;
   std::thread thread_;
+};
+
+/// While alive, operations submitted by this thread may run on it instead
+/// of their lane (when the lane is idle): set by the blocking API, which
+/// waits for the result anyway.
+class run_inline_scope {
+ public:
+  run_inline_scope() noexcept;
+  ~run_inline_scope();
+  run_inline_scope(const run_inline_scope&) = delete;
+  run_inline_scope& operator=(const run_inline_scope&) = delete;
+
+  /// Whether the calling thread is inside a run_inline_scope.
+  static bool active() noexcept;
+
+ private:
+  bool previous_;
 };
 
 } // namespace caf_collective::detail
