@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
 #include "caf_collective/tensor.hpp"

@@ -3,12 +3,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
 #include <caf/error.hpp>
+#include <caf/expected.hpp>
 
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
@@ -21,6 +23,7 @@ namespace caf_collective {
 
 namespace detail {
 class lane;
+class work_state;
 } // namespace detail
 
 /// How one member joins a group.
@@ -112,9 +115,14 @@ class group : public std::enable_shared_from_this<group> {
                  alltoallv_options opts);
   work barrier(barrier_options opts = {});
 
-  /// Fails the running and every queued operation and breaks the group.
-  /// Safe from any thread (the actor layer calls it when a peer dies).
+  /// Fails the running and every queued operation at once with
+  /// errc::aborted and breaks the group. The backend stops using their
+  /// buffers first (Gloo: its connections are closed). Safe from any thread
+  /// (the actor layer calls it when a peer dies).
   void abort(std::string why);
+
+  /// Blocks until every operation submitted so far has finished.
+  void drain();
 
   /// The context errors of this member carry.
   error_context context(op_kind op, int64_t seq) const noexcept;
@@ -126,6 +134,8 @@ class group : public std::enable_shared_from_this<group> {
   work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
 
   void break_with(const caf::error& err);
+
+  void track_pending(const std::shared_ptr<detail::work_state>& state);
 
   group_config cfg_;
   std::unique_ptr<detail::lane> lane_;
@@ -140,6 +150,9 @@ class group : public std::enable_shared_from_this<group> {
   mutable std::mutex broken_mtx_;
   caf::error broken_reason_;
   uint64_t next_seq_ = 0; // guarded by submit_mtx_
+  // Operations not known to be finished, oldest first; guarded by
+  // submit_mtx_. abort() fails them all at once.
+  std::deque<std::weak_ptr<detail::work_state>> pending_;
   std::mutex submit_mtx_;
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
 namespace caf_collective {

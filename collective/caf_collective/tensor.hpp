@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
 #include "caf_collective/device.hpp"

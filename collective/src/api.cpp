@@ -117,7 +117,9 @@ void destroy_collective_group(std::string_view group_name) {
     victim = std::move(i->second);
     tbl.groups.erase(i);
   }
-  // victim dies here, outside the lock: it drains its lane first.
+  // Outside the lock: the caller may free its buffers once we return, so
+  // every queued operation must be over by then.
+  victim->drain();
 }
 
 bool is_group_initialized(std::string_view group_name) {

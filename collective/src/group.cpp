@@ -96,10 +96,45 @@ void group::break_with(const caf::error& err) {
 }
 
 void group::abort(std::string why) {
-  break_with(make_error(errc::aborted, context(op_kind::barrier, -1),
-                        "group aborted: " + why));
-  std::lock_guard<std::mutex> guard{backend_mtx_};
-  if (backend_) backend_->abort(why);
+  auto err = make_error(errc::aborted, context(op_kind::barrier, -1),
+                        "group aborted: " + why);
+  break_with(err);
+  {
+    // The backend stops touching the operations' buffers before we tell
+    // their owners that the operations are over.
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    if (backend_) backend_->abort(why);
+  }
+  std::deque<std::weak_ptr<detail::work_state>> pending;
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    pending.swap(pending_);
+  }
+  for (auto& weak : pending)
+    if (auto state = weak.lock()) state->complete(err);
+}
+
+void group::track_pending(const std::shared_ptr<detail::work_state>& state) {
+  // Called with submit_mtx_ held. Forget finished operations at the front
+  // so the list stays as long as the operations in flight.
+  while (!pending_.empty()) {
+    auto front = pending_.front().lock();
+    if (front && !front->done()) break;
+    pending_.pop_front();
+  }
+  pending_.push_back(state);
+}
+
+void group::drain() {
+  auto marker = [](detail::lane& target) {
+    auto state = std::make_shared<detail::work_state>(0);
+    target.post([state] { state->complete({}); });
+    return work{state};
+  };
+  auto main_done = marker(*lane_);
+  auto sends_done = marker(*send_lane_);
+  main_done.wait();
+  sends_done.wait();
 }
 
 error_context group::context(op_kind op, int64_t seq) const noexcept {
@@ -109,6 +144,10 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
 template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
+  if (!validation && body.timeout.count() < 0)
+    validation = make_error(errc::invalid_argument, context(op, -1),
+                            "negative timeout " +
+                              std::to_string(body.timeout.count()) + " ms");
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   detail::lane::task task;
@@ -117,6 +156,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
     state = std::make_shared<detail::work_state>(next_seq_++);
+    track_pending(state);
     task = [self = shared_from_this(), state, op,
             body = std::move(body)]() mutable {
       auto seq = static_cast<int64_t>(state->seq());

@@ -17,6 +17,11 @@ class work_state {
 
   uint64_t seq() const noexcept { return seq_; }
 
+  bool done() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return done_;
+  }
+
   /// Sets the result (first call wins), wakes waiters, runs callbacks.
   void complete(caf::error err);
 

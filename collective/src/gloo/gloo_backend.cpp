@@ -90,7 +90,13 @@ void gloo_backend::abort(std::string_view why) {
     std::lock_guard<std::mutex> guard{abort_mtx_};
     if (abort_reason_.empty()) abort_reason_ = std::string{why};
   }
-  aborted_ = true;
+  if (aborted_.exchange(true)) return;
+  // Closing the connections stops Gloo's network thread from touching any
+  // buffer of a running operation, so the group can fail it at once. The
+  // lane thread blocked in Gloo returns at the operation's deadline.
+  for (int peer = 0; peer < world_size_; ++peer)
+    if (peer != rank_)
+      if (auto& pair = context_->getPair(peer)) pair->close();
 }
 
 void gloo_backend::warm_up(size_t bytes) {
@@ -127,7 +133,7 @@ caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
                               const send_options& opts) {
   return guarded(op_kind::send, call, [&] {
     auto buf = context_->createUnboundBuffer(non_null(in.data()), in.nbytes());
-    buf->send(opts.peer, p2p_slot(opts.tag), 0, in.nbytes());
+    buf->send(opts.peer, p2p_slot(opts.tag, in.nbytes()), 0, in.nbytes());
     buf->waitSend(call.timeout);
   });
 }
@@ -137,7 +143,7 @@ caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
   return guarded(op_kind::recv, call, [&] {
     auto buf =
       context_->createUnboundBuffer(non_null(out.data()), out.nbytes());
-    buf->recv(opts.peer, p2p_slot(opts.tag), 0, out.nbytes());
+    buf->recv(opts.peer, p2p_slot(opts.tag, out.nbytes()), 0, out.nbytes());
     buf->waitRecv(call.timeout);
   });
 }
@@ -146,7 +152,7 @@ caf::error gloo_backend::barrier(const op_call& call, const barrier_options&) {
   return guarded(op_kind::barrier, call, [&] {
     if (world_size_ == 1) return;
     gloo::BarrierOptions opts{context_};
-    opts.setTag(tag_of(call.seq));
+    opts.setTag(tag_of(call.seq, agreement_key({uint64_t(op_kind::barrier)})));
     opts.setTimeout(call.timeout);
     gloo::barrier(opts);
   });

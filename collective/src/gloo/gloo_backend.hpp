@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <initializer_list>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -138,10 +139,24 @@ class gloo_backend : public backend {
   std::string abort_reason_;
 };
 
-/// Gloo tags are 32 bits; group sequence numbers wrap into them. Tags only
-/// need to differ between operations that can be in flight together.
-inline uint32_t tag_of(uint64_t seq) noexcept {
-  return static_cast<uint32_t>(seq & 0x7fffffffu);
+/// Mixes what every rank of an operation must agree on (op kind, sizes,
+/// root, dtype, reduce op) into one key.
+inline uint64_t agreement_key(std::initializer_list<uint64_t> parts) noexcept {
+  uint64_t h = 1469598103934665603ull; // FNV-1a
+  for (auto part : parts) {
+    h ^= part;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/// The Gloo tag of an operation: its sequence number mixed with its
+/// agreement key. Ranks that disagree about sizes would make Gloo abort the
+/// whole process (a size check on its network thread calls std::terminate);
+/// with the key in the tag their messages never match, and the operation
+/// ends in a timeout instead. Tags stay below 2^31 (shutdown_tag is above).
+inline uint32_t tag_of(uint64_t seq, uint64_t key) noexcept {
+  return static_cast<uint32_t>(agreement_key({seq, key}) & 0x7fffffffu);
 }
 
 template<class Fn>

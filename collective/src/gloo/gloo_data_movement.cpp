@@ -27,8 +27,8 @@ void copy_bytes(const tensor_view& dst, const tensor_view& src) {
 }
 
 template<class Options>
-void tag_and_timeout(Options& opts, const op_call& call) {
-  opts.setTag(tag_of(call.seq));
+void tag_and_timeout(Options& opts, const op_call& call, uint64_t key) {
+  opts.setTag(tag_of(call.seq, key));
   opts.setTimeout(call.timeout);
 }
 
@@ -41,7 +41,9 @@ caf::error gloo_backend::broadcast(const op_call& call, const tensor_view& in,
     if (rank_ == bopts.root) copy_bytes(out, in);
     if (world_size_ == 1 || out.nbytes() == 0) return;
     gloo::BroadcastOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::broadcast), out.nbytes(),
+                                   uint64_t(bopts.root)}));
     opts.setRoot(bopts.root);
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::broadcast(opts);
@@ -55,7 +57,8 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
     if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AllgatherOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::allgather), in.nbytes()}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::allgather(opts);
@@ -72,7 +75,9 @@ caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
     for (auto count : vopts.counts)
       byte_counts.push_back(count * size_of(in.type()));
     gloo::AllgathervOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::allgatherv), out.nbytes(),
+                                   vopts.counts.size()}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), std::move(byte_counts));
     gloo::allgatherv(opts);
@@ -86,7 +91,9 @@ caf::error gloo_backend::gather(const op_call& call, const tensor_view& in,
     if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::GatherOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::gather), in.nbytes(),
+                                   uint64_t(gopts.root)}));
     opts.setRoot(gopts.root);
     opts.setInput(bytes_of(in), in.nbytes());
     if (rank_ == gopts.root) opts.setOutput(bytes_of(out), out.nbytes());
@@ -101,7 +108,9 @@ caf::error gloo_backend::scatter(const op_call& call, const tensor_view& in,
     if (out.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::ScatterOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::scatter), out.nbytes(),
+                                   uint64_t(sopts.root)}));
     opts.setRoot(sopts.root);
     if (rank_ == sopts.root) {
       std::vector<uint8_t*> blocks;
@@ -121,7 +130,8 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
     if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AlltoallOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call,
+                    agreement_key({uint64_t(op_kind::alltoall), in.nbytes()}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::alltoall(opts);
@@ -140,7 +150,7 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
       return result;
     };
     gloo::AlltoallvOptions opts{context_};
-    tag_and_timeout(opts, call);
+    tag_and_timeout(opts, call, agreement_key({uint64_t(op_kind::alltoallv)}));
     opts.setInput(bytes_of(in), to_bytes(vopts.send_counts));
     opts.setOutput(bytes_of(out), to_bytes(vopts.recv_counts));
     gloo::alltoallv(opts);

@@ -26,7 +26,9 @@ void gloo_backend::ring_reduce_scatter(const op_call& call, std::byte* work,
   auto p = world_size_;
   auto block_bytes = block * size_of(carrier);
   auto kernel = kernel_of(carrier, op);
-  auto slot = reduce_scatter_slot(tag_of(call.seq));
+  auto slot = reduce_scatter_slot(
+    tag_of(call.seq, agreement_key({uint64_t(op_kind::reduce_scatter), block,
+                                    uint64_t(carrier), uint64_t(op)})));
   auto right = (rank_ + 1) % p;
   auto left = (rank_ + p - 1) % p;
   auto work_buf = context_->createUnboundBuffer(work, block_bytes * p);

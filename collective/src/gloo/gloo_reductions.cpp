@@ -82,6 +82,14 @@ cached_allreduce& gloo_backend::legacy_instance(allreduce_algorithm algorithm,
     }
   }
   if (legacy_cache_.size() >= legacy_cache_capacity) legacy_cache_.pop_back();
+  // Legacy algorithms take their slots from the context's counter. Skip a
+  // key-dependent distance first: ranks that disagree on the count then
+  // use different slots and time out, instead of matching messages of
+  // different sizes (which makes Gloo terminate the process).
+  context_->nextSlot(
+    static_cast<int>(agreement_key({uint64_t(algo), uint64_t(carrier), count,
+                                    uint64_t(key_op)}) %
+                     4096));
   cached_allreduce entry;
   entry.algorithm = algo;
   entry.carrier = carrier;
@@ -119,7 +127,9 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
     return;
   }
   gloo::AllreduceOptions opts{context_};
-  opts.setTag(tag_of(call.seq));
+  opts.setTag(
+    tag_of(call.seq, agreement_key({uint64_t(op_kind::allreduce), count,
+                                    uint64_t(carrier), uint64_t(op)})));
   opts.setTimeout(call.timeout);
   opts.setAlgorithm(algorithm == allreduce_algorithm::bcube
                       ? gloo::AllreduceOptions::Algorithm::BCUBE
@@ -182,7 +192,10 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
       std::memcpy(target, source, carrier_bytes);
     } else {
       gloo::ReduceOptions opts{context_};
-      opts.setTag(tag_of(call.seq));
+      opts.setTag(tag_of(
+        call.seq,
+        agreement_key({uint64_t(op_kind::reduce), count, uint64_t(carrier),
+                       uint64_t(ropts.op), uint64_t(ropts.root)})));
       opts.setTimeout(call.timeout);
       opts.setRoot(ropts.root);
       visit_carrier(carrier, [&](auto tag) {

@@ -4,6 +4,7 @@
 // does not, so they never match another operation's messages.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace caf_collective::detail {
@@ -12,9 +13,13 @@ inline constexpr uint64_t slot_prefix(uint8_t prefix) noexcept {
   return static_cast<uint64_t>(prefix) << 56;
 }
 
-/// send/recv: matched by (peer, user tag), in order.
-inline constexpr uint64_t p2p_slot(uint32_t tag) noexcept {
-  return slot_prefix(0x71) | tag;
+/// send/recv: matched by (peer, user tag, size), in order. With the size
+/// in the slot a recv of another size never matches the send (Gloo would
+/// terminate the process on the size mismatch); both time out instead.
+inline constexpr uint64_t p2p_slot(uint32_t tag, size_t nbytes) noexcept {
+  auto mixed = (static_cast<uint64_t>(tag) * 0x9e3779b97f4a7c15ull) ^
+               (static_cast<uint64_t>(nbytes) * 0xc2b2ae3d27d4eb4full);
+  return slot_prefix(0x71) | (mixed & 0x00ffffffffffffffull);
 }
 
 /// Our ring reduce-scatter, one slot per operation.
