@@ -1,0 +1,152 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include <caf_collective/error.hpp>
+#include <caf_collective/object_store.hpp>
+
+namespace col = caf_collective;
+
+TEST_CASE("put stores a tensor and get returns a view of the same memory") {
+  col::object_store store{"node-a"};
+  auto t = col::tensor::from_vector(std::vector<float>{1, 2, 3});
+  auto* data = t.data();
+  auto ref = store.put(std::move(t));
+  REQUIRE(ref);
+  CHECK(ref->valid());
+  CHECK(ref->node == "node-a");
+  CHECK(ref->type == col::dtype::float32);
+  CHECK(ref->shape == col::shape_type{3});
+  auto view = store.get(*ref);
+  REQUIRE(view);
+  CHECK(view->data() == data);
+  CHECK(view->data_as<float>()[2] == 3.0f);
+  CHECK(store.objects() == 1);
+  CHECK(store.bytes() == 12);
+}
+
+TEST_CASE("release drops the object and later lookups fail with "
+          "unknown_object") {
+  col::object_store store{"n"};
+  auto ref = store.put(col::tensor::from_vector(std::vector<int32_t>{7, 8}));
+  REQUIRE(ref);
+  auto pinned = store.pin(*ref);
+  REQUIRE(pinned);
+  CHECK(!store.release(*ref));
+  CHECK(store.objects() == 0);
+  CHECK(store.bytes() == 0);
+  // A pin keeps the memory valid after release.
+  CHECK((*pinned)->view().data_as<int32_t>()[1] == 8);
+  auto again = store.get(*ref);
+  REQUIRE(!again);
+  CHECK(col::code_of(again.error()) == col::errc::unknown_object);
+  CHECK(col::code_of(store.release(*ref)) == col::errc::unknown_object);
+}
+
+TEST_CASE("refs from another node, forged ids and wrong fingerprints are "
+          "refused") {
+  col::object_store store{"n"};
+  auto ref = store.put(col::tensor::from_vector(std::vector<float>{1, 2}));
+  REQUIRE(ref);
+  auto other = *ref;
+  other.node = "elsewhere";
+  CHECK(col::code_of(store.get(other).error()) == col::errc::unknown_object);
+  auto forged = *ref;
+  forged.id = 999;
+  CHECK(col::code_of(store.get(forged).error()) == col::errc::unknown_object);
+  auto wrong = *ref;
+  wrong.type = col::dtype::int32;
+  CHECK(col::code_of(store.get(wrong).error()) == col::errc::mismatch);
+  CHECK(!store.contains(col::object_ref{}));
+}
+
+TEST_CASE("a put beyond the capacity fails with out_of_memory and stores "
+          "nothing") {
+  col::object_store store{"n", 16};
+  CHECK(store.capacity() == 16);
+  auto a = store.put(col::tensor::from_vector(std::vector<float>{1, 2, 3}));
+  REQUIRE(a);
+  auto b = store.put(col::tensor::from_vector(std::vector<float>{1, 2}));
+  REQUIRE(!b);
+  CHECK(col::code_of(b.error()) == col::errc::out_of_memory);
+  CHECK(col::render(b.error()).find("capacity of 16 bytes") !=
+        std::string::npos);
+  CHECK(store.objects() == 1);
+  CHECK(store.bytes() == 12);
+  store.set_capacity(0); // unlimited
+  CHECK(store.put(col::tensor::from_vector(std::vector<float>{1, 2})));
+  CHECK(store.bytes() == 20);
+}
+
+TEST_CASE("device tensors are stored by pointer, never copied") {
+  col::object_store store{"n"};
+  // A fake device allocation: the store must never touch the memory.
+  auto* fake = reinterpret_cast<void*>(uintptr_t{0x1000});
+  col::tensor_view view{fake, col::dtype::float16, col::shape_type{4, 4},
+                        col::device::cuda(1)};
+  auto t = col::tensor::adopt(view, nullptr);
+  auto ref = store.put(std::move(t));
+  REQUIRE(ref);
+  CHECK(ref->dev == col::device::cuda(1));
+  auto back = store.get(*ref);
+  REQUIRE(back);
+  CHECK(back->data() == fake);
+  CHECK(back->dev().is_cuda());
+  CHECK(store.bytes() == 32);
+}
+
+TEST_CASE("concurrent puts and releases keep the counts exact") {
+  col::object_store store{"n"};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&] {
+      for (int j = 0; j < 200; ++j) {
+        auto ref = store.put(col::tensor::from_vector(std::vector<int64_t>{j}));
+        REQUIRE(ref);
+        if (j % 2 == 0) REQUIRE(!store.release(*ref));
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  CHECK(store.objects() == 400);
+  CHECK(store.bytes() == 400 * 8);
+}
+
+TEST_CASE("for_node shares one store per node name while it is in use") {
+  auto a = col::object_store::for_node("x");
+  auto b = col::object_store::for_node("x");
+  auto c = col::object_store::for_node("y");
+  CHECK(a == b);
+  CHECK(a != c);
+  auto ref = a->put(col::tensor::from_vector(std::vector<float>{1}));
+  a.reset();
+  b.reset();
+  auto fresh = col::object_store::for_node("x");
+  CHECK(fresh->objects() == 0);
+  CHECK(!fresh->contains(*ref));
+}
+
+TEST_CASE("object_ref survives CAF serialization") {
+  caf::actor_system_config cfg;
+  col::add_object_store_types(cfg);
+  caf::actor_system sys{cfg};
+  col::object_ref ref{
+    "node", 42, col::dtype::bfloat16, {2, 3, 4}, col::device::cuda(2)};
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  auto ser = ref;
+  CHECK(!sink(ser));
+  col::object_ref back;
+  caf::binary_deserializer source{sys, buf};
+  CHECK(!source(back));
+  CHECK(back == ref);
+  auto msg = caf::make_message(ref);
+  CHECK(msg.match_element<col::object_ref>(0));
+  CHECK(col::to_string(ref) == "obj#42@node bfloat16[2,3,4] cuda:2");
+}
