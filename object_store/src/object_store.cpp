@@ -33,7 +33,7 @@ object_store_ptr object_store::for_node(const std::string& node) {
 }
 
 caf::expected<object_ref> object_store::put(tensor&& t) {
-  if (!t.defined())
+  if (t.data() == nullptr && t.numel() > 0)
     return make_error(errc::invalid_argument,
                       "object store on node " + node_ +
                         ": cannot store a tensor without memory");
