@@ -1,0 +1,177 @@
+#include "perf_options.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+
+namespace caf_collective::bench {
+
+namespace {
+
+constexpr const char* usage = R"(usage: caf_collective_perf [options]
+  --op NAME[,NAME]   allreduce|reduce|broadcast|allgather|reduce_scatter|
+                     alltoall|gather|scatter|sendrecv|barrier|all (allreduce)
+  -b BYTES           minimum size, suffixes K M G (8)
+  -e BYTES           maximum size (64M)
+  -f FACTOR          multiply the size by FACTOR per step (2)
+  -n ITERS           timed iterations per size (20)
+  -w ITERS           warm-up iterations per size (5)
+  -c 0|1             check results on known data (1)
+  -d DTYPE           int8 uint8 int32 int64 float32 float64 (float32)
+  -o OP              sum prod min max (sum)
+  -r ROOT            root of reduce, broadcast, gather, scatter (0)
+  --ranks N          number of ranks (2)
+  --backend NAME     gloo (gloo)
+  --path LIST        raw-gloo,raw-gloo-best,direct,driver
+                     (raw-gloo,raw-gloo-best,direct)
+  --procs            ranks as processes (default: threads of one process)
+  --raw-warmup 0|1   give raw Gloo our groups' 1 MiB warm-up per pair (1)
+  --csv FILE         also write every row as CSV
+  --plot FILE.png    plot busbw against size per path (gnuplot)
+)";
+
+size_t parse_bytes(std::string_view text) {
+  size_t pos = 0;
+  auto value = std::stod(std::string{text}, &pos);
+  auto suffix = text.substr(pos);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k")
+    scale = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    throw std::invalid_argument("bad size suffix in " + std::string{text});
+  return static_cast<size_t>(value * scale);
+}
+
+std::vector<std::string> split(std::string_view list) {
+  std::vector<std::string> result;
+  std::stringstream in{std::string{list}};
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) result.push_back(item);
+  return result;
+}
+
+std::vector<bench_op> parse_ops(std::string_view list) {
+  std::vector<bench_op> result;
+  for (auto& name : split(list)) {
+    if (name == "all") {
+      auto all = all_bench_ops();
+      result.assign(all.begin(), all.end());
+      continue;
+    }
+    auto op = parse_bench_op(name);
+    if (!op) throw std::invalid_argument("unknown op " + name);
+    result.push_back(*op);
+  }
+  return result;
+}
+
+void check_paths(const std::vector<std::string>& paths) {
+  for (auto& p : paths)
+    if (p != "raw-gloo" && p != "raw-gloo-best" && p != "direct" &&
+        p != "driver")
+      throw std::invalid_argument("unknown path " + p);
+}
+
+reduce_op parse_redop(std::string_view name) {
+  if (name == "prod") return reduce_op::product;
+  auto op = parse_reduce_op(name);
+  if (!op || (*op != reduce_op::sum && *op != reduce_op::product &&
+              *op != reduce_op::min && *op != reduce_op::max))
+    throw std::invalid_argument("reduce op must be sum, prod, min or max");
+  return *op;
+}
+
+} // namespace
+
+std::vector<size_t> sweep_sizes(const perf_options& opts) {
+  std::vector<size_t> result;
+  for (auto size = static_cast<double>(opts.min_bytes);
+       size <= static_cast<double>(opts.max_bytes); size *= opts.step_factor) {
+    result.push_back(static_cast<size_t>(size));
+    if (opts.step_factor <= 1.0) break;
+  }
+  return result;
+}
+
+std::optional<perf_options> parse_perf_options(int argc, char** argv,
+                                               int& exit_code) {
+  perf_options opts;
+  exit_code = 0;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string_view flag = argv[i];
+      if (flag == "-h" || flag == "--help") {
+        std::cout << usage;
+        return std::nullopt;
+      }
+      if (flag == "--procs") {
+        opts.procs = true;
+        continue;
+      }
+      if (i + 1 >= argc)
+        throw std::invalid_argument("missing value after " + std::string{flag});
+      std::string_view value = argv[++i];
+      auto as_int = [&] { return std::stoi(std::string{value}); };
+      if (flag == "--op")
+        opts.ops = parse_ops(value);
+      else if (flag == "-b")
+        opts.min_bytes = parse_bytes(value);
+      else if (flag == "-e")
+        opts.max_bytes = parse_bytes(value);
+      else if (flag == "-f")
+        opts.step_factor = std::stod(std::string{value});
+      else if (flag == "-n")
+        opts.iters = as_int();
+      else if (flag == "-w")
+        opts.warmup_iters = as_int();
+      else if (flag == "-c")
+        opts.check = as_int() != 0;
+      else if (flag == "-d") {
+        auto t = parse_dtype(value);
+        if (!t || *t == dtype::float16 || *t == dtype::bfloat16)
+          throw std::invalid_argument("unsupported dtype " +
+                                      std::string{value});
+        opts.type = *t;
+      } else if (flag == "-o")
+        opts.redop = parse_redop(value);
+      else if (flag == "-r")
+        opts.root = as_int();
+      else if (flag == "--ranks")
+        opts.ranks = as_int();
+      else if (flag == "--backend")
+        opts.backend = value;
+      else if (flag == "--path")
+        opts.paths = split(value);
+      else if (flag == "--raw-warmup")
+        opts.raw_warm_up = as_int() != 0;
+      else if (flag == "--csv")
+        opts.csv_file = value;
+      else if (flag == "--plot")
+        opts.plot_file = value;
+      else
+        throw std::invalid_argument("unknown flag " + std::string{flag});
+    }
+    check_paths(opts.paths);
+    if (opts.backend != "gloo")
+      throw std::invalid_argument("only --backend gloo exists so far");
+    if (opts.ranks < 1 || opts.root < 0 || opts.root >= opts.ranks)
+      throw std::invalid_argument("need --ranks >= 1 and 0 <= -r < ranks");
+    if (opts.iters < 1 || opts.warmup_iters < 0 || opts.min_bytes == 0 ||
+        opts.min_bytes > opts.max_bytes || opts.step_factor < 1.0)
+      throw std::invalid_argument("need -n >= 1, -w >= 0, 0 < -b <= -e, "
+                                  "-f >= 1");
+  } catch (const std::exception& ex) {
+    std::cerr << "caf_collective_perf: " << ex.what() << "\n" << usage;
+    exit_code = 2;
+    return std::nullopt;
+  }
+  return opts;
+}
+
+} // namespace caf_collective::bench

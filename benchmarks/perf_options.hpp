@@ -1,0 +1,46 @@
+// Command line of caf_collective_perf: nccl-tests' flags and meanings
+// (-b -e -f -n -w -c -d -o -r) plus the paths and the rank layout.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "caf_collective/dtype.hpp"
+#include "caf_collective/reduce_op.hpp"
+
+#include "bench_op.hpp"
+
+namespace caf_collective::bench {
+
+struct perf_options {
+  std::vector<bench_op> ops{bench_op::allreduce};
+  size_t min_bytes = 8;
+  size_t max_bytes = size_t{64} << 20;
+  double step_factor = 2.0;
+  int iters = 20;
+  int warmup_iters = 5;
+  bool check = true;
+  dtype type = dtype::float32;
+  reduce_op redop = reduce_op::sum;
+  int root = 0;
+  int ranks = 2;
+  std::string backend = "gloo";
+  std::vector<std::string> paths{"raw-gloo", "raw-gloo-best", "direct"};
+  bool procs = false;
+  /// Gives raw Gloo our groups' 1 MiB per-pair warm-up (like with like).
+  bool raw_warm_up = true;
+  std::string csv_file;
+  std::string plot_file;
+};
+
+/// The sizes of one sweep: min, min * f, ... up to max (nccl-tests' -f).
+std::vector<size_t> sweep_sizes(const perf_options& opts);
+
+/// Parses argv; prints usage or the problem to stderr and returns nullopt
+/// when the program should exit (with status `exit_code`).
+std::optional<perf_options> parse_perf_options(int argc, char** argv,
+                                               int& exit_code);
+
+} // namespace caf_collective::bench

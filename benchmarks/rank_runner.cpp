@@ -1,0 +1,225 @@
+#include "rank_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <new>
+
+#include "caf_collective/api.hpp"
+
+#include "data_pattern.hpp"
+#include "direct_path.hpp"
+#include "gloo_session.hpp"
+#include "raw_gloo_path.hpp"
+#include "report.hpp"
+
+namespace caf_collective::bench {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr auto gloo_timeout = std::chrono::seconds{60};
+
+// 64-byte aligned, allocated once for the largest size and touched once:
+// fresh pages are slow here and must not land in any timed loop.
+struct aligned_buffer {
+  explicit aligned_buffer(size_t bytes)
+    : data(static_cast<std::byte*>(::operator new (std::max<size_t>(bytes, 64),
+                                                   std::align_val_t{64})),
+           deleter{}) {
+    std::memset(data.get(), 0, std::max<size_t>(bytes, 64));
+  }
+  struct deleter {
+    void operator()(std::byte* p) const {
+      ::operator delete (p, std::align_val_t{64});
+    }
+  };
+  std::unique_ptr<std::byte, deleter> data;
+};
+
+class rank_runner {
+ public:
+  rank_runner(const perf_options& opts, const rank_env& env)
+    : opts_(opts), env_(env) {
+    control_ = std::make_unique<control_channel>(connect(env, "control"));
+  }
+
+  int run() {
+    connect_paths();
+    auto max_bytes = opts_.max_bytes + 64;
+    aligned_buffer in{max_bytes};
+    aligned_buffer out{max_bytes};
+    std::vector<result_row> all;
+    for (auto op : opts_.ops) {
+      std::vector<result_row> rows;
+      if (is_root()) print_header(std::cout, op, opts_);
+      for (auto bytes : sizes_of(op)) {
+        for (auto& path : paths_) {
+          if (!path->supports(op, false)) continue;
+          auto row = measure(*path, op, bytes, in.data.get(), out.data.get());
+          if (is_root()) print_row(std::cout, row, opts_);
+          rows.push_back(std::move(row));
+        }
+      }
+      if (is_root()) print_footer(std::cout, rows, opts_);
+      all.insert(all.end(), rows.begin(), rows.end());
+    }
+    size_t wrong = 0;
+    for (auto& row : all)
+      wrong += row.out_of_place.wrong + row.in_place.wrong;
+    if (is_root()) write_outputs(all);
+    control_->barrier();
+    return wrong > 0 ? 1 : 0;
+  }
+
+ private:
+  bool is_root() const noexcept { return env_.rank == 0; }
+
+  std::shared_ptr<gloo::Context> connect(const rank_env& env,
+                                         const std::string& prefix) {
+    return connect_gloo(*env.gloo_store, prefix, env.rank, opts_.ranks,
+                        gloo_timeout);
+  }
+
+  void connect_paths() {
+    for (auto& name : opts_.paths) {
+      if (name == "raw-gloo" || name == "raw-gloo-best") {
+        auto ctx = connect(env_, name);
+        if (opts_.raw_warm_up) warm_up_pairs(*ctx, backend_warm_up_bytes);
+        paths_.push_back(name == "raw-gloo" ? make_raw_gloo_path(ctx)
+                                            : make_raw_gloo_best_path(ctx));
+      } else if (name == "direct") {
+        paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store));
+      } else if (name == "driver" && is_root()) {
+        std::cout << "# path driver: not available (this build has no actor "
+                     "layer with a driver API); skipped\n";
+      }
+    }
+  }
+
+  std::vector<size_t> sizes_of(bench_op op) const {
+    if (op == bench_op::barrier) return {0};
+    std::vector<size_t> result;
+    auto elem = size_of(opts_.type);
+    for (auto bytes : sweep_sizes(opts_)) {
+      auto count = usable_count(op, bytes / elem, opts_.ranks);
+      if (count > 0 && (result.empty() || result.back() != count * elem))
+        result.push_back(count * elem);
+    }
+    return result;
+  }
+
+  result_row measure(bench_path& path, bench_op op, size_t bytes, std::byte* in,
+                     std::byte* out) {
+    result_row row{op,    std::string{path.name()},    {},
+                   bytes, bytes / size_of(opts_.type), {},
+                   {}};
+    op_args args;
+    args.op = op;
+    args.type = opts_.type;
+    args.redop = opts_.redop;
+    args.root = opts_.root;
+    args.rank = env_.rank;
+    args.ranks = opts_.ranks;
+    args.total = row.count;
+    args.in = in;
+    args.out = out;
+    row.out_of_place = measure_variants(path, args, row.algo);
+    if (path.supports(op, true) && op != bench_op::barrier) {
+      args.in = out;
+      std::string ignored;
+      row.in_place = measure_variants(path, args, ignored);
+    }
+    derive_bandwidth(row.out_of_place, op, bytes, opts_.ranks);
+    derive_bandwidth(row.in_place, op, bytes, opts_.ranks);
+    return row;
+  }
+
+  // Times every variant of the path and keeps the fastest (by mean);
+  // wrong results of any variant count.
+  timing measure_variants(bench_path& path, const op_args& args,
+                          std::string& algo) {
+    timing best;
+    size_t wrong = 0;
+    for (int v = 0; v < path.variants(args.op); ++v) {
+      auto t = measure_one(path, args, v);
+      wrong += t.wrong;
+      if (!best.valid || t.mean_us < best.mean_us) {
+        best = t;
+        algo = path.variant_name(args.op, v);
+      }
+    }
+    best.wrong = wrong;
+    return best;
+  }
+
+  timing measure_one(bench_path& path, const op_args& args, int variant) {
+    path.prepare(args, variant);
+    control_->barrier();
+    double wrong = 0;
+    if (opts_.check && args.op != bench_op::barrier) {
+      fill_inputs(args);
+      path.run(args);
+      wrong = static_cast<double>(count_wrong(args));
+    }
+    for (int i = 0; i < opts_.warmup_iters; ++i)
+      path.run(args);
+    control_->barrier();
+    std::vector<double> samples;
+    samples.reserve(static_cast<size_t>(opts_.iters));
+    auto start = clock_type::now();
+    auto last = start;
+    for (int i = 0; i < opts_.iters; ++i) {
+      path.run(args);
+      auto now = clock_type::now();
+      samples.push_back(
+        std::chrono::duration<double, std::micro>(now - last).count());
+      last = now;
+    }
+    auto total = std::chrono::duration<double, std::micro>(last - start);
+    path.finish();
+    std::sort(samples.begin(), samples.end());
+    // The slowest rank defines the time of a collective.
+    std::vector<double> stats{total.count() / opts_.iters,
+                              samples[samples.size() / 2], samples.back()};
+    control_->max(stats);
+    timing t;
+    t.valid = true;
+    t.mean_us = stats[0];
+    t.median_us = stats[1];
+    t.max_us = stats[2];
+    t.wrong = static_cast<size_t>(control_->sum(wrong));
+    return t;
+  }
+
+  void write_outputs(const std::vector<result_row>& rows) {
+    if (!opts_.csv_file.empty()) write_csv(opts_.csv_file, rows, opts_);
+    if (!opts_.plot_file.empty() && !write_plot(opts_.plot_file, rows, opts_))
+      std::cerr << "caf_collective_perf: gnuplot failed (install "
+                   "gnuplot-nox)\n";
+  }
+
+  const perf_options& opts_;
+  const rank_env& env_;
+  std::unique_ptr<control_channel> control_;
+  std::vector<bench_path_ptr> paths_;
+};
+
+} // namespace
+
+int run_rank(const perf_options& opts, const rank_env& env) {
+  try {
+    member_scope scope;
+    rank_runner runner{opts, env};
+    return runner.run();
+  } catch (const std::exception& ex) {
+    std::cerr << "caf_collective_perf: rank " << env.rank
+              << " failed: " << ex.what() << "\n";
+    return 2;
+  }
+}
+
+} // namespace caf_collective::bench
