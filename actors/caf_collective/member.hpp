@@ -1,0 +1,72 @@
+// Members: actors of the user's own type whose group memberships are fixed
+// when they are spawned. The member protocol runs beside the user's
+// behavior; operations run on the groups' lanes, never on a scheduler
+// thread.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/message_handler.hpp>
+
+#include "caf_collective/messages.hpp"
+
+namespace caf_collective {
+
+/// The member protocol for `self`: registers every membership with
+/// `driver` now, then handles init, check, start, abort, leave, join and
+/// status. Append it to your behavior with `or_else` (spawn_member does).
+/// If the actor calls `become`, keep the protocol: `become(b.or_else(p))`.
+caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
+                              std::vector<membership> groups);
+
+/// Spawns an actor running `fun(self, xs...)`'s behavior plus the member
+/// protocol, member of every group in `groups` from its first message on.
+/// `fun` returns a caf::behavior (possibly empty).
+template<class Fun, class... Ts>
+member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
+                          std::vector<membership> groups, Fun fun, Ts... xs) {
+  return sys.spawn([driver = std::move(driver), groups = std::move(groups),
+                    fun = std::move(fun),
+                    ... xs = std::move(xs)](caf::event_based_actor* self) {
+    auto protocol = member_protocol(self, driver, groups);
+    caf::behavior user = fun(self, xs...);
+    if (!user) return protocol;
+    caf::message_handler handler{user.as_behavior_impl()};
+    return caf::behavior{handler.or_else(protocol)};
+  });
+}
+
+/// A member whose only behavior is the member protocol.
+inline member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
+                                 std::vector<membership> groups) {
+  return spawn_member(sys, std::move(driver), std::move(groups),
+                      [](caf::event_based_actor*) { return caf::behavior{}; });
+}
+
+/// Spawns a whole group: `world_size` members of `group`, member r with
+/// rank r. `fun(self, rank, xs...)` builds each member's own behavior.
+template<class Fun, class... Ts>
+std::vector<member_actor>
+spawn_group(caf::actor_system& sys, const driver_actor& driver,
+            const std::string& group, int32_t world_size,
+            const std::string& backend, int64_t timeout_ms, Fun fun, Ts... xs) {
+  std::vector<member_actor> result;
+  for (int32_t rank = 0; rank < world_size; ++rank) {
+    membership m{group, rank, world_size, backend, timeout_ms, 0};
+    result.push_back(spawn_member(
+      sys, driver, {std::move(m)},
+      [fun, rank](caf::event_based_actor* self, const Ts&... ys) {
+        return fun(self, rank, ys...);
+      },
+      xs...));
+  }
+  return result;
+}
+
+} // namespace caf_collective

@@ -1,0 +1,177 @@
+// The actor layer's vocabulary: atoms and the messages between clients, the
+// driver, members and the rendezvous store actor (architecture.md, 5-6).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "caf_collective/object_ref.hpp"
+#include "caf_collective/object_store.hpp"
+#include "caf_collective/op_kind.hpp"
+#include "caf_collective/options.hpp"
+#include "caf_collective/reduce_op.hpp"
+
+namespace caf_collective {
+
+// Interfaces by role. They are dynamically typed: members are actors of the
+// user's own type, extended with the member protocol.
+using driver_actor = caf::actor;
+using member_actor = caf::actor;
+using store_actor = caf::actor;
+
+// -- atoms (at most 10 characters in CAF 0.17) --------------------------------
+
+/// member -> driver: (reg, membership, node). Sent on start and on join.
+using reg_atom = caf::atom_constant<caf::atom("col_reg")>;
+/// client -> member: (join, membership): add a group at run time.
+using join_atom = caf::atom_constant<caf::atom("col_join")>;
+/// driver -> member: (init, group, gen, store_actor, key prefix, timeout ms).
+using init_atom = caf::atom_constant<caf::atom("col_init")>;
+/// member -> driver: (ready, group, gen, rank, error); error none = formed.
+using ready_atom = caf::atom_constant<caf::atom("col_ready")>;
+/// driver -> member, request: (check, group, gen, ref) -> ok | error.
+using check_atom = caf::atom_constant<caf::atom("col_check")>;
+/// driver -> member, request: (start, start_msg) -> object_ref | error.
+using start_atom = caf::atom_constant<caf::atom("col_start")>;
+/// driver -> member: (abort, group, gen, reason): the group is broken.
+using abort_atom = caf::atom_constant<caf::atom("col_abort")>;
+/// driver -> member: (leave, group): the group was destroyed.
+using leave_atom = caf::atom_constant<caf::atom("col_leave")>;
+/// client -> driver, request: (declare, group, members, backend, timeout ms)
+/// -> ok once formed | error.
+using declare_atom = caf::atom_constant<caf::atom("col_decl")>;
+/// client -> driver, request: (wait, group) -> ok once formed | error.
+using wait_atom = caf::atom_constant<caf::atom("col_wait")>;
+/// client -> driver, request: (destroy, group) -> ok.
+using destroy_atom = caf::atom_constant<caf::atom("col_destr")>;
+/// client -> driver or member, request: (status, group) -> group_status.
+using status_atom = caf::atom_constant<caf::atom("col_status")>;
+
+// -- messages -----------------------------------------------------------------
+
+/// A member's place in one group, fixed when the member is spawned (or
+/// joins). All members of a group must agree on world size and backend.
+struct membership {
+  std::string group;
+  int32_t rank = -1;
+  int32_t world_size = 0;
+  std::string backend = "gloo";
+  /// Formation deadline and the default deadline of each op.
+  int64_t timeout_ms = 30000;
+  /// Fault injection for tests (c10d's delaying-backend idea): this member
+  /// waits this long before running each op. 0 in real use.
+  int64_t start_delay_ms = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, membership& x) {
+  return f(caf::meta::type_name("membership"), x.group, x.rank, x.world_size,
+           x.backend, x.timeout_ms, x.start_delay_ms);
+}
+
+/// Options of a driver-orchestrated op; fields an op does not use are
+/// ignored.
+struct op_params {
+  /// broadcast, reduce, gather, scatter: the root; send/recv: the source.
+  int32_t root = 0;
+  /// send/recv: the destination rank.
+  int32_t peer = -1;
+  reduce_op op = reduce_op::sum;
+  allreduce_algorithm algorithm = allreduce_algorithm::automatic;
+  /// allgatherv: elements per rank (world size entries). alltoallv: the
+  /// matrix counts[i * world_size + j] = elements rank i sends to rank j.
+  std::vector<uint64_t> counts;
+  /// Deadline; 0: the group's timeout.
+  int64_t timeout_ms = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_params& x) {
+  return f(caf::meta::type_name("op_params"), x.root, x.peer, x.op, x.algorithm,
+           x.counts, x.timeout_ms);
+}
+
+/// client -> driver, request -> op_result | error. `refs[r]` is rank r's
+/// input; a ref may be empty where a rank has no input (barrier; scatter
+/// off the root; send/recv off the source).
+struct op_request {
+  std::string group;
+  op_kind op = op_kind::barrier;
+  std::vector<object_ref> refs;
+  op_params params;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_request& x) {
+  return f(caf::meta::type_name("op_request"), x.group, x.op, x.refs, x.params);
+}
+
+/// The answer to an op_request. In-place ops (allreduce, broadcast, reduce)
+/// return the input refs, whose tensors now hold the result; out-of-place
+/// ops return one new ref per rank (empty where a rank has no output, e.g.
+/// gather off the root).
+struct op_result {
+  std::string group;
+  uint64_t seq = 0;
+  std::vector<object_ref> refs;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_result& x) {
+  return f(caf::meta::type_name("op_result"), x.group, x.seq, x.refs);
+}
+
+/// What the driver asks one member to run.
+struct start_msg {
+  std::string group;
+  uint64_t gen = 0;
+  uint64_t seq = 0;
+  op_kind op = op_kind::barrier;
+  object_ref in;
+  op_params params;
+  /// Out-of-place ops: whether this rank gets an output, and its layout.
+  bool has_out = false;
+  dtype out_type = dtype::float32;
+  shape_type out_shape;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start_msg& x) {
+  return f(caf::meta::type_name("start_msg"), x.group, x.gen, x.seq, x.op, x.in,
+           x.params, x.has_out, x.out_type, x.out_shape);
+}
+
+/// A group's state as the driver (or one member) sees it. `state` is one of
+/// "forming", "ready", "broken", "failed", "unknown"; `reason` says why a
+/// group is broken or failed (e.g. peer_lost naming the dead rank).
+struct group_status {
+  std::string group;
+  int32_t world_size = 0;
+  std::string state;
+  caf::error reason;
+  uint64_t next_seq = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_status& x) {
+  return f(caf::meta::type_name("group_status"), x.group, x.world_size, x.state,
+           x.reason, x.next_seq);
+}
+
+/// Registers every message type of caf-collective (object_ref included)
+/// and its error category with `cfg`. Call before creating the system.
+void add_message_types(caf::actor_system_config& cfg);
+
+/// This node's name in object refs: `to_string(sys.node())`.
+std::string node_name(caf::actor_system& sys);
+
+/// The object store of this node (one per actor system / node name).
+object_store_ptr local_store(caf::actor_system& sys);
+
+} // namespace caf_collective

@@ -1,0 +1,710 @@
+// The driver: gang formation, validation, sequencing and failure handling
+// of driver-orchestrated collectives (architecture.md, 5-6).
+#include "caf_collective/driver.hpp"
+
+#include <deque>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <caf/all.hpp>
+
+#include "caf_collective/error.hpp"
+#include "caf_collective/rendezvous_actor.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+using form_tmo_atom = caf::atom_constant<caf::atom("col_ftmo")>;
+using op_tmo_atom = caf::atom_constant<caf::atom("col_otmo")>;
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string result = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) result += ", ";
+    result += std::to_string(ranks[i]);
+  }
+  return result + "]";
+}
+
+std::string describe(const object_ref& ref) {
+  std::string result{to_string(ref.type)};
+  result += '[';
+  for (size_t i = 0; i < ref.shape.size(); ++i) {
+    if (i > 0) result += ',';
+    result += std::to_string(ref.shape[i]);
+  }
+  return result + "]";
+}
+
+struct pending_op {
+  uint64_t id = 0;
+  uint64_t seq = 0;
+  op_request req;
+  caf::response_promise rp;
+  std::vector<start_msg> starts; // per rank, computed by validation
+  size_t outstanding = 0;
+  std::vector<bool> replied;
+  std::vector<caf::error> errors;
+  std::vector<object_ref> outs;
+};
+
+enum class group_state { forming, ready, broken, failed };
+
+const char* to_cstr(group_state x) {
+  switch (x) {
+    case group_state::forming: return "forming";
+    case group_state::ready: return "ready";
+    case group_state::broken: return "broken";
+    default: return "failed";
+  }
+}
+
+struct group_entry {
+  std::string name;
+  uint64_t gen = 0;
+  int32_t world_size = 0; // 0 until the first member registers
+  std::string backend;
+  int64_t timeout_ms = 0;
+  std::vector<caf::actor> members;
+  std::vector<std::string> nodes;
+  std::vector<bool> ready;
+  group_state state = group_state::forming;
+  bool inited = false;
+  caf::error reason;
+  uint64_t next_seq = 0;
+  std::vector<caf::response_promise> waiters;
+  std::deque<pending_op> queue;           // validated, not yet started
+  bool checking = false;                  // the queue's head is being checked
+  std::map<uint64_t, pending_op> running; // by seq
+};
+
+struct driver_state {
+  store_actor store;
+  milliseconds grace{200};
+  uint64_t next_gen = 1;
+  uint64_t next_op_id = 1;
+  std::map<std::string, group_entry> groups;
+  std::set<caf::actor_addr> monitored;
+  static inline const char* name = "caf_collective.driver";
+};
+
+using driver_ptr = caf::stateful_actor<driver_state>*;
+
+caf::error group_error(errc code, const group_entry& g, op_kind op, int64_t seq,
+                       int rank, std::string detail) {
+  return make_error(code, error_context{g.name, op, seq, rank, g.world_size},
+                    std::move(detail));
+}
+
+caf::error group_error(errc code, const group_entry& g, std::string detail) {
+  error_context where;
+  where.group = g.name;
+  where.world_size = g.world_size;
+  return make_error(code, where, std::move(detail));
+}
+
+// Checks a request against every rank's ref fingerprint and computes what
+// each rank runs. Nothing has been sent to any member yet.
+caf::error validate(const group_entry& g, pending_op& op) {
+  auto& req = op.req;
+  auto ws = g.world_size;
+  auto W = static_cast<size_t>(ws);
+  auto bad = [&](errc code, std::string detail) {
+    return group_error(code, g, req.op, -1, -1, std::move(detail));
+  };
+  if (req.op == op_kind::barrier && req.refs.empty()) req.refs.resize(W);
+  if (req.refs.size() != W)
+    return bad(errc::invalid_argument,
+               "request names " + std::to_string(req.refs.size()) +
+                 " refs for a group of " + std::to_string(ws));
+  const auto& p = req.params;
+  bool rooted = req.op == op_kind::broadcast || req.op == op_kind::reduce ||
+                req.op == op_kind::gather || req.op == op_kind::scatter ||
+                req.op == op_kind::send || req.op == op_kind::recv;
+  if (rooted && (p.root < 0 || p.root >= ws))
+    return bad(errc::invalid_argument, "root " + std::to_string(p.root) +
+                                         " is out of range [0, " +
+                                         std::to_string(ws) + ")");
+  bool p2p = req.op == op_kind::send || req.op == op_kind::recv;
+  if (p2p) {
+    if (p.peer < 0 || p.peer >= ws || p.peer == p.root)
+      return bad(errc::invalid_argument,
+                 "peer " + std::to_string(p.peer) +
+                   " is out of range or equals the source");
+    // Ranks outside the pair would not consume the sequence number, and
+    // sequence numbers are the data plane's tags.
+    if (ws != 2)
+      return bad(errc::unsupported,
+                 "send/recv through the driver needs a group of exactly 2; "
+                 "form a subgroup of the two ranks");
+  }
+  // Which ranks must name an input.
+  std::vector<bool> needs(W, true);
+  if (req.op == op_kind::barrier) needs.assign(W, false);
+  if (req.op == op_kind::scatter || p2p) {
+    needs.assign(W, false);
+    needs[p.root] = true;
+  }
+  std::vector<int> missing, foreign;
+  for (size_t r = 0; r < W; ++r) {
+    const auto& ref = req.refs[r];
+    if (needs[r] && !ref.valid()) missing.push_back(static_cast<int>(r));
+    if (ref.valid() && ref.node != g.nodes[r])
+      foreign.push_back(static_cast<int>(r));
+  }
+  if (!missing.empty())
+    return bad(errc::invalid_argument,
+               "ranks " + list_ranks(missing) + " name no object");
+  if (!foreign.empty())
+    return bad(errc::unknown_object,
+               "the refs of ranks " + list_ranks(foreign) +
+                 " live on another node than their member");
+  // The reference rank whose fingerprint the others must match.
+  size_t ref_rank = needs[0] || req.op == op_kind::barrier ? 0 : p.root;
+  const auto& first = req.refs[ref_rank];
+  bool same_shape =
+    req.op != op_kind::allgatherv && req.op != op_kind::alltoallv;
+  std::vector<int> off;
+  for (size_t r = 0; r < W; ++r) {
+    const auto& ref = req.refs[r];
+    if (!needs[r] || r == ref_rank) continue;
+    if (ref.type != first.type || (same_shape && ref.shape != first.shape))
+      off.push_back(static_cast<int>(r));
+  }
+  if (!off.empty())
+    return bad(
+      errc::mismatch, "ranks " + list_ranks(off) + " disagree with rank " +
+                        std::to_string(ref_rank) + " (" + describe(first) +
+                        "): " + [&] {
+                          std::string s;
+                          for (auto r : off)
+                            s += (s.empty() ? "" : ", ") + std::to_string(r) +
+                                 " has " + describe(req.refs[r]);
+                          return s;
+                        }());
+  bool reduces = req.op == op_kind::allreduce || req.op == op_kind::reduce ||
+                 req.op == op_kind::reduce_scatter;
+  if (reduces && !is_defined(p.op, first.type))
+    return bad(errc::invalid_argument,
+               std::string{"reduce op "} + std::string{to_string(p.op)} +
+                 " is not defined on " + std::string{to_string(first.type)});
+  auto n = first.numel();
+  auto divisible = [&]() -> caf::error {
+    if (n % W != 0)
+      return bad(errc::invalid_argument,
+                 describe(first) + " has " + std::to_string(n) +
+                   " elements, not divisible by world size " +
+                   std::to_string(ws));
+    return {};
+  };
+  // The layout of a 1/W slice: split the leading extent when it divides.
+  auto slice_shape = [&](const object_ref& ref) {
+    shape_type s = ref.shape;
+    if (!s.empty() && s[0] % ws == 0)
+      s[0] /= ws;
+    else
+      s = {static_cast<int64_t>(ref.numel() / W)};
+    return s;
+  };
+  auto stacked = [&](const object_ref& ref) {
+    shape_type s{ws};
+    s.insert(s.end(), ref.shape.begin(), ref.shape.end());
+    return s;
+  };
+  op.starts.assign(W, start_msg{});
+  for (size_t r = 0; r < W; ++r) {
+    auto& s = op.starts[r];
+    s.group = g.name;
+    s.gen = g.gen;
+    s.op = req.op;
+    s.in = req.refs[r];
+    s.params = p;
+    s.out_type = first.type;
+  }
+  switch (req.op) {
+    case op_kind::allreduce:
+    case op_kind::broadcast:
+    case op_kind::reduce:
+    case op_kind::barrier: break;
+    case op_kind::allgather:
+      for (auto& s : op.starts) {
+        s.has_out = true;
+        s.out_shape = stacked(first);
+      }
+      break;
+    case op_kind::gather:
+      op.starts[p.root].has_out = true;
+      op.starts[p.root].out_shape = stacked(first);
+      break;
+    case op_kind::scatter:
+    case op_kind::reduce_scatter:
+    case op_kind::alltoall: {
+      if (auto err = divisible()) return err;
+      for (auto& s : op.starts) {
+        s.has_out = true;
+        s.out_shape =
+          req.op == op_kind::alltoall ? first.shape : slice_shape(first);
+      }
+      break;
+    }
+    case op_kind::allgatherv: {
+      if (p.counts.size() != W)
+        return bad(errc::invalid_argument, "counts has " +
+                                             std::to_string(p.counts.size()) +
+                                             " entries, the group has " +
+                                             std::to_string(ws) + " ranks");
+      std::vector<int> wrong;
+      for (size_t r = 0; r < W; ++r)
+        if (req.refs[r].numel() != p.counts[r])
+          wrong.push_back(static_cast<int>(r));
+      if (!wrong.empty())
+        return bad(errc::mismatch, "the refs of ranks " + list_ranks(wrong) +
+                                     " do not hold counts[rank] elements");
+      auto total =
+        std::accumulate(p.counts.begin(), p.counts.end(), uint64_t{0});
+      for (auto& s : op.starts) {
+        s.has_out = true;
+        s.out_shape = {static_cast<int64_t>(total)};
+      }
+      break;
+    }
+    case op_kind::alltoallv: {
+      if (p.counts.size() != W * W)
+        return bad(errc::invalid_argument,
+                   "counts has " + std::to_string(p.counts.size()) +
+                     " entries, a world_size x world_size matrix has " +
+                     std::to_string(W * W));
+      std::vector<int> wrong;
+      for (size_t r = 0; r < W; ++r) {
+        uint64_t row = 0, col = 0;
+        for (size_t j = 0; j < W; ++j) {
+          row += p.counts[r * W + j];
+          col += p.counts[j * W + r];
+        }
+        if (req.refs[r].numel() != row) wrong.push_back(static_cast<int>(r));
+        op.starts[r].has_out = true;
+        op.starts[r].out_shape = {static_cast<int64_t>(col)};
+      }
+      if (!wrong.empty())
+        return bad(errc::mismatch,
+                   "the refs of ranks " + list_ranks(wrong) +
+                     " do not hold the sum of their row of counts");
+      break;
+    }
+    case op_kind::send:
+    case op_kind::recv:
+      op.starts[p.peer].has_out = true;
+      op.starts[p.peer].out_shape = first.shape;
+      break;
+  }
+  return {};
+}
+
+void pump(driver_ptr self, group_entry& g);
+
+// Answers every waiting client and queued or running op with `err`.
+void fail_all(group_entry& g, const caf::error& err) {
+  for (auto& rp : g.waiters)
+    rp.deliver(err);
+  g.waiters.clear();
+  for (auto& op : g.queue)
+    op.rp.deliver(err);
+  g.queue.clear();
+  g.checking = false;
+  for (auto& [seq, op] : g.running)
+    op.rp.deliver(err);
+  g.running.clear();
+}
+
+// The group cannot run ops any more: members abort their lanes, every
+// pending and future op fails with `reason`.
+void break_group(driver_ptr self, group_entry& g, caf::error reason,
+                 bool forming) {
+  g.state = forming ? group_state::failed : group_state::broken;
+  g.reason = reason;
+  for (auto& m : g.members)
+    if (m) self->send(m, abort_atom::value, g.name, g.gen, reason);
+  fail_all(g, reason);
+}
+
+void formation_complete(driver_ptr self, group_entry& g) {
+  g.state = group_state::ready;
+  for (auto& rp : g.waiters)
+    rp.deliver(caf::ok_atom::value);
+  g.waiters.clear();
+  pump(self, g);
+}
+
+void answer(driver_ptr self, group_entry& g, uint64_t seq) {
+  auto i = g.running.find(seq);
+  if (i == g.running.end()) return;
+  auto op = std::move(i->second);
+  g.running.erase(i);
+  std::vector<int> failed;
+  caf::error first;
+  std::string details;
+  for (size_t r = 0; r < op.errors.size(); ++r) {
+    if (!op.errors[r]) continue;
+    failed.push_back(static_cast<int>(r));
+    if (!first) first = op.errors[r];
+    details += "; rank " + std::to_string(r) + ": " + render(op.errors[r]);
+  }
+  if (failed.empty()) {
+    op_result res{g.name, seq, {}};
+    if (op.req.op == op_kind::allreduce || op.req.op == op_kind::broadcast ||
+        op.req.op == op_kind::reduce)
+      res.refs = op.req.refs;
+    else if (op.req.op != op_kind::barrier)
+      res.refs = std::move(op.outs);
+    op.rp.deliver(std::move(res));
+    return;
+  }
+  auto code = is_collective_error(first) ? code_of(first) : errc::backend_error;
+  auto err = group_error(code, g, op.req.op, static_cast<int64_t>(seq), -1,
+                         "failed on ranks " + list_ranks(failed) + details);
+  op.rp.deliver(err);
+  // The ranks may have diverged mid-op: nothing later can run safely.
+  if (g.state == group_state::ready) break_group(self, g, err, false);
+}
+
+void start_op(driver_ptr self, group_entry& g, pending_op op) {
+  auto seq = g.next_seq++;
+  op.seq = seq;
+  auto W = static_cast<size_t>(g.world_size);
+  op.outstanding = W;
+  op.replied.assign(W, false);
+  op.errors.assign(W, caf::error{});
+  op.outs.assign(W, object_ref{});
+  auto deadline = milliseconds{
+    op.req.params.timeout_ms > 0 ? op.req.params.timeout_ms : g.timeout_ms};
+  auto name = g.name;
+  auto gen = g.gen;
+  for (size_t r = 0; r < W; ++r) {
+    auto& s = op.starts[r];
+    s.seq = seq;
+    if (s.params.timeout_ms <= 0) s.params.timeout_ms = g.timeout_ms;
+    auto rank = r;
+    // The request's own timeout is only a backstop: the driver's deadline
+    // message below fires first and names the unfinished ranks.
+    self
+      ->request(g.members[r],
+                deadline + self->state.grace + std::chrono::seconds{5},
+                start_atom::value, s)
+      .then(
+        [=](object_ref& out) {
+          auto i = self->state.groups.find(name);
+          if (i == self->state.groups.end() || i->second.gen != gen) return;
+          auto j = i->second.running.find(seq);
+          if (j == i->second.running.end() || j->second.replied[rank]) return;
+          j->second.replied[rank] = true;
+          j->second.outs[rank] = std::move(out);
+          if (--j->second.outstanding == 0) answer(self, i->second, seq);
+        },
+        [=](caf::error& err) {
+          auto i = self->state.groups.find(name);
+          if (i == self->state.groups.end() || i->second.gen != gen) return;
+          auto j = i->second.running.find(seq);
+          if (j == i->second.running.end() || j->second.replied[rank]) return;
+          j->second.replied[rank] = true;
+          j->second.errors[rank] = std::move(err);
+          if (--j->second.outstanding == 0) answer(self, i->second, seq);
+        });
+  }
+  self->delayed_send(self, deadline + self->state.grace, op_tmo_atom::value,
+                     name, gen, seq);
+  g.running.emplace(seq, std::move(op));
+}
+
+// Asks every member whose ref the head op names whether the object exists
+// (and matches its fingerprint) before any rank starts moving data.
+void pump(driver_ptr self, group_entry& g) {
+  if (g.state != group_state::ready || g.checking || g.queue.empty()) return;
+  auto& op = g.queue.front();
+  std::vector<size_t> to_check;
+  for (size_t r = 0; r < op.req.refs.size(); ++r)
+    if (op.req.refs[r].valid()) to_check.push_back(r);
+  if (to_check.empty()) {
+    auto head = std::move(g.queue.front());
+    g.queue.pop_front();
+    start_op(self, g, std::move(head));
+    pump(self, g);
+    return;
+  }
+  g.checking = true;
+  auto id = op.id;
+  auto name = g.name;
+  auto gen = g.gen;
+  auto results = std::make_shared<std::map<size_t, caf::error>>();
+  auto expected = to_check.size();
+  auto on_reply = [self, id, name, gen, results, expected](size_t rank,
+                                                           caf::error err) {
+    auto i = self->state.groups.find(name);
+    if (i == self->state.groups.end() || i->second.gen != gen) return;
+    auto& g = i->second;
+    if (g.queue.empty() || g.queue.front().id != id) return;
+    (*results)[rank] = std::move(err);
+    if (results->size() < expected) return;
+    auto head = std::move(g.queue.front());
+    g.queue.pop_front();
+    g.checking = false;
+    std::vector<int> bad;
+    caf::error first;
+    std::string details;
+    for (auto& [r, e] : *results) {
+      if (!e) continue;
+      bad.push_back(static_cast<int>(r));
+      if (!first) first = e;
+      details += "; rank " + std::to_string(r) + ": " + render(e);
+    }
+    if (bad.empty()) {
+      start_op(self, g, std::move(head));
+    } else {
+      auto code = is_collective_error(first) ? code_of(first) : errc::peer_lost;
+      head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
+                                  "refused before any data moved: ranks " +
+                                    list_ranks(bad) + details));
+    }
+    pump(self, g);
+  };
+  for (auto r : to_check) {
+    self
+      ->request(g.members[r], milliseconds{g.timeout_ms}, check_atom::value,
+                g.name, g.gen, op.req.refs[r])
+      .then([=](caf::ok_atom) { on_reply(r, caf::error{}); },
+            [=](caf::error& err) { on_reply(r, std::move(err)); });
+  }
+}
+
+void on_register(driver_ptr self, const caf::actor& member, membership& m,
+                 std::string& node) {
+  auto reject = [&](caf::error err) {
+    self->send(member, abort_atom::value, m.group, uint64_t{0}, err);
+  };
+  auto& g = self->state.groups[m.group];
+  if (g.name.empty()) g.name = m.group;
+  if (g.state != group_state::forming) {
+    reject(make_error(errc::duplicate_group,
+                      "group '" + m.group + "' exists and is " +
+                        to_cstr(g.state) + "; destroy it first"));
+    return;
+  }
+  if (g.world_size == 0) {
+    if (m.world_size < 1) {
+      reject(make_error(errc::invalid_argument, "world size < 1"));
+      return;
+    }
+    g.gen = self->state.next_gen++;
+    g.world_size = m.world_size;
+    g.backend = m.backend;
+    g.timeout_ms = m.timeout_ms;
+    g.members.resize(m.world_size);
+    g.nodes.resize(m.world_size);
+    g.ready.assign(m.world_size, false);
+    self->delayed_send(self, milliseconds{g.timeout_ms} + self->state.grace,
+                       form_tmo_atom::value, g.name, g.gen);
+  }
+  if (m.world_size != g.world_size || m.backend != g.backend || m.rank < 0 ||
+      m.rank >= g.world_size ||
+      (g.members[m.rank] && g.members[m.rank] != member)) {
+    reject(group_error(errc::mismatch, g,
+                       "registration of rank " + std::to_string(m.rank) +
+                         " (world size " + std::to_string(m.world_size) +
+                         ", backend " + m.backend +
+                         ") conflicts with the group (world size " +
+                         std::to_string(g.world_size) + ", backend " +
+                         g.backend + ") or a rank taken already"));
+    return;
+  }
+  g.members[m.rank] = member;
+  g.nodes[m.rank] = std::move(node);
+  if (self->state.monitored.insert(member.address()).second)
+    self->monitor(member);
+  for (auto& x : g.members)
+    if (!x) return;
+  auto prefix = g.name + "/" + std::to_string(g.gen);
+  g.inited = true;
+  for (auto& x : g.members)
+    self->send(x, init_atom::value, g.name, g.gen, self->state.store, prefix,
+               g.timeout_ms);
+}
+
+caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
+  self->state.grace = cfg.grace;
+  self->state.store = std::move(cfg.store);
+  // A store the driver created lives exactly as long as the driver.
+  if (owns_store) self->link_to(self->state.store);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    self->state.monitored.erase(dm.source);
+    for (auto& [name, g] : self->state.groups) {
+      for (int32_t r = 0; r < static_cast<int32_t>(g.members.size()); ++r) {
+        if (!g.members[r] || g.members[r].address() != dm.source) continue;
+        g.members[r] = nullptr;
+        if (g.state != group_state::forming && g.state != group_state::ready)
+          continue;
+        bool forming = g.state == group_state::forming;
+        auto err = group_error(
+          errc::peer_lost, g, op_kind::barrier, -1, r,
+          "rank " + std::to_string(r) + " died (" + render(dm.reason) + ")" +
+            (forming ? " before the group was formed" : ""));
+        break_group(self, g, err, forming);
+      }
+    }
+  });
+  return {
+    [=](reg_atom, membership& m, std::string& node) {
+      auto member = caf::actor_cast<caf::actor>(self->current_sender());
+      if (member) on_register(self, member, m, node);
+    },
+    [=](ready_atom, const std::string& name, uint64_t gen, int32_t rank,
+        caf::error& err) {
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end() || i->second.gen != gen) return;
+      auto& g = i->second;
+      if (g.state != group_state::forming) return;
+      if (err) {
+        break_group(self, g,
+                    group_error(is_collective_error(err) ? code_of(err)
+                                                         : errc::backend_error,
+                                g, op_kind::barrier, -1, rank,
+                                "rank " + std::to_string(rank) +
+                                  " could not form the group: " + render(err)),
+                    true);
+        return;
+      }
+      g.ready[rank] = true;
+      for (bool x : g.ready)
+        if (!x) return;
+      formation_complete(self, g);
+    },
+    [=](form_tmo_atom, const std::string& name, uint64_t gen) {
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end() || i->second.gen != gen) return;
+      auto& g = i->second;
+      if (g.state != group_state::forming) return;
+      std::vector<int> absent, unready;
+      for (int r = 0; r < g.world_size; ++r) {
+        if (!g.members[r])
+          absent.push_back(r);
+        else if (!g.ready[r])
+          unready.push_back(r);
+      }
+      std::string detail =
+        "group not formed within " + std::to_string(g.timeout_ms) + " ms:";
+      if (!absent.empty())
+        detail += " ranks " + list_ranks(absent) + " never registered";
+      if (!unready.empty())
+        detail += (absent.empty() ? " ranks " : "; ranks ") +
+                  list_ranks(unready) + " did not report ready";
+      break_group(self, g, group_error(errc::timeout, g, detail), true);
+    },
+    [=](op_tmo_atom, const std::string& name, uint64_t gen, uint64_t seq) {
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end() || i->second.gen != gen) return;
+      auto& g = i->second;
+      auto j = g.running.find(seq);
+      if (j == g.running.end()) return;
+      std::vector<int> unfinished;
+      std::string details;
+      for (size_t r = 0; r < j->second.replied.size(); ++r) {
+        if (!j->second.replied[r])
+          unfinished.push_back(static_cast<int>(r));
+        else if (j->second.errors[r])
+          details +=
+            "; rank " + std::to_string(r) + ": " + render(j->second.errors[r]);
+      }
+      auto err = group_error(
+        errc::timeout, g, j->second.req.op, static_cast<int64_t>(seq), -1,
+        "deadline passed; ranks " + list_ranks(unfinished) +
+          " had not finished" + details);
+      j->second.rp.deliver(err);
+      g.running.erase(j);
+      break_group(self, g, err, false);
+    },
+    [=](op_request& req) -> caf::result<op_result> {
+      auto i = self->state.groups.find(req.group);
+      if (i == self->state.groups.end())
+        return make_error(errc::unknown_group,
+                          "no group '" + req.group + "' at the driver");
+      auto& g = i->second;
+      if (g.state == group_state::broken || g.state == group_state::failed)
+        return g.reason;
+      pending_op op;
+      op.id = self->state.next_op_id++;
+      op.req = std::move(req);
+      if (g.world_size == 0)
+        return make_error(errc::unknown_group, "no member of group '" + g.name +
+                                                 "' has registered yet");
+      if (auto err = validate(g, op)) return err;
+      op.rp = self->make_response_promise();
+      g.queue.push_back(std::move(op));
+      pump(self, g);
+      return caf::delegated<op_result>{};
+    },
+    [=](declare_atom, const std::string& name,
+        const std::vector<caf::actor>& members, const std::string& backend,
+        int64_t timeout_ms) -> caf::result<caf::ok_atom> {
+      auto i = self->state.groups.find(name);
+      if (i != self->state.groups.end() &&
+          (i->second.world_size != 0 ||
+           i->second.state != group_state::forming))
+        return make_error(errc::duplicate_group,
+                          "group '" + name + "' exists; destroy it first");
+      if (members.empty())
+        return make_error(errc::invalid_argument,
+                          "a group needs at least one member");
+      auto& g = self->state.groups[name];
+      g.name = name;
+      auto ws = static_cast<int32_t>(members.size());
+      for (int32_t r = 0; r < ws; ++r)
+        self->send(members[r], join_atom::value,
+                   membership{name, r, ws, backend, timeout_ms, 0});
+      auto rp = self->make_response_promise();
+      g.waiters.push_back(rp);
+      return caf::delegated<caf::ok_atom>{};
+    },
+    [=](wait_atom, const std::string& name) -> caf::result<caf::ok_atom> {
+      auto& g = self->state.groups[name];
+      g.name = name;
+      if (g.state == group_state::ready) return caf::ok_atom::value;
+      if (g.state != group_state::forming) return g.reason;
+      g.waiters.push_back(self->make_response_promise());
+      return caf::delegated<caf::ok_atom>{};
+    },
+    [=](destroy_atom, const std::string& name) {
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end()) return caf::ok_atom::value;
+      auto& g = i->second;
+      for (auto& m : g.members)
+        if (m) self->send(m, leave_atom::value, name);
+      fail_all(g, group_error(errc::aborted, g, "group destroyed"));
+      self->state.groups.erase(i);
+      return caf::ok_atom::value;
+    },
+    [=](status_atom, const std::string& name) {
+      group_status result;
+      result.group = name;
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end()) {
+        result.state = "unknown";
+        return result;
+      }
+      result.world_size = i->second.world_size;
+      result.state = to_cstr(i->second.state);
+      result.reason = i->second.reason;
+      result.next_seq = i->second.next_seq;
+      return result;
+    },
+  };
+}
+
+} // namespace
+
+driver_actor spawn_driver(caf::actor_system& sys, driver_config cfg) {
+  bool owns_store = !cfg.store;
+  if (owns_store) cfg.store = spawn_store_actor(sys);
+  return sys.spawn(driver_impl, std::move(cfg), owns_store);
+}
+
+} // namespace caf_collective

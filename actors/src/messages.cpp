@@ -1,0 +1,31 @@
+#include "caf_collective/messages.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/node_id.hpp>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective {
+
+void add_message_types(caf::actor_system_config& cfg) {
+  add_object_store_types(cfg);
+  add_error_category(cfg);
+  cfg.add_message_type<membership>("caf_collective::membership");
+  cfg.add_message_type<op_params>("caf_collective::op_params");
+  cfg.add_message_type<op_request>("caf_collective::op_request");
+  cfg.add_message_type<op_result>("caf_collective::op_result");
+  cfg.add_message_type<start_msg>("caf_collective::start_msg");
+  cfg.add_message_type<group_status>("caf_collective::group_status");
+  cfg.add_message_type<std::vector<caf::actor>>("std::vector<caf::actor>");
+}
+
+std::string node_name(caf::actor_system& sys) {
+  return to_string(sys.node());
+}
+
+object_store_ptr local_store(caf::actor_system& sys) {
+  return object_store::for_node(node_name(sys));
+}
+
+} // namespace caf_collective

@@ -1,0 +1,123 @@
+#include "caf_collective/rendezvous_actor.hpp"
+
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+using key_timeout_atom = caf::atom_constant<caf::atom("col_ktmo")>;
+
+struct waiter {
+  uint64_t id;
+  caf::response_promise rp;
+};
+
+struct store_state {
+  std::map<std::string, std::vector<char>> values;
+  std::multimap<std::string, waiter> waiting;
+  uint64_t next_id = 0;
+  static inline const char* name = "caf_collective.store";
+};
+
+caf::behavior store_impl(caf::stateful_actor<store_state>* self) {
+  return {
+    [=](caf::put_atom, const std::string& key, std::vector<char>& value) {
+      auto [first, last] = self->state.waiting.equal_range(key);
+      for (auto i = first; i != last; ++i)
+        i->second.rp.deliver(value);
+      self->state.waiting.erase(first, last);
+      self->state.values[key] = std::move(value);
+      return caf::ok_atom::value;
+    },
+    [=](caf::get_atom, const std::string& key,
+        int64_t timeout_ms) -> caf::result<std::vector<char>> {
+      auto i = self->state.values.find(key);
+      if (i != self->state.values.end()) return i->second;
+      auto rp = self->make_response_promise();
+      auto id = self->state.next_id++;
+      self->state.waiting.emplace(key, waiter{id, rp});
+      self->delayed_send(self, std::chrono::milliseconds{timeout_ms},
+                         key_timeout_atom::value, key, id, timeout_ms);
+      return caf::delegated<std::vector<char>>{};
+    },
+    [=](key_timeout_atom, const std::string& key, uint64_t id,
+        int64_t timeout_ms) {
+      auto [first, last] = self->state.waiting.equal_range(key);
+      for (auto i = first; i != last; ++i) {
+        if (i->second.id == id) {
+          i->second.rp.deliver(make_error(
+            errc::timeout, "rendezvous key '" + key + "' not set within " +
+                             std::to_string(timeout_ms) + " ms"));
+          self->state.waiting.erase(i);
+          return;
+        }
+      }
+    },
+  };
+}
+
+class actor_store : public rendezvous_store {
+ public:
+  actor_store(caf::actor_system& sys, store_actor store, std::string prefix)
+    : sys_(sys), store_(std::move(store)), prefix_(std::move(prefix)) {
+    // nop
+  }
+
+  caf::error set(const std::string& key,
+                 const std::vector<char>& value) override {
+    caf::error result;
+    caf::scoped_actor self{sys_};
+    self
+      ->request(store_, std::chrono::seconds{30}, caf::put_atom::value,
+                prefix_ + "/" + key, value)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& err) { result = std::move(err); });
+    return result;
+  }
+
+  caf::expected<std::vector<char>>
+  get(const std::string& key, std::chrono::milliseconds timeout) override {
+    caf::expected<std::vector<char>> result{std::vector<char>{}};
+    caf::scoped_actor self{sys_};
+    // The store answers with its own timeout error; ours is only a backstop
+    // for a store that died.
+    self
+      ->request(store_, timeout + std::chrono::seconds{1}, caf::get_atom::value,
+                prefix_ + "/" + key, static_cast<int64_t>(timeout.count()))
+      .receive([&](std::vector<char>& value) { result = std::move(value); },
+               [&](caf::error& err) {
+                 if (err == caf::sec::request_timeout ||
+                     err == caf::sec::request_receiver_down)
+                   result =
+                     make_error(errc::timeout,
+                                "rendezvous store unreachable: " + render(err));
+                 else
+                   result = std::move(err);
+               });
+    return result;
+  }
+
+ private:
+  caf::actor_system& sys_;
+  store_actor store_;
+  std::string prefix_;
+};
+
+} // namespace
+
+store_actor spawn_store_actor(caf::actor_system& sys) {
+  return sys.spawn(store_impl);
+}
+
+rendezvous_store_ptr make_actor_store(caf::actor_system& sys, store_actor store,
+                                      std::string prefix) {
+  return std::make_shared<actor_store>(sys, std::move(store),
+                                       std::move(prefix));
+}
+
+} // namespace caf_collective
