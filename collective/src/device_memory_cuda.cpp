@@ -1,0 +1,127 @@
+// Device memory in builds with the NCCL backend: host memory as in
+// device_memory_host.cpp, CUDA memory through the CUDA runtime. Every
+// function is synchronous: when it returns, the memory holds the result,
+// whatever stream the caller uses next.
+#include "device_memory.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "caf_collective/error.hpp"
+#include "nccl/nccl_util.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+/// The error of a failed CUDA call on `dev`: no device at all and a bad
+/// ordinal are the caller's or the machine's problem, not a runtime fault.
+caf::error device_error(device dev, std::string_view what, cudaError_t err) {
+  static_cast<void>(cudaGetLastError());
+  std::string text{what};
+  text += " on ";
+  text += to_string(dev);
+  text += " failed: ";
+  text += cuda_text(err);
+  switch (err) {
+    case cudaErrorMemoryAllocation:
+      return make_error(errc::out_of_memory, std::move(text));
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      return make_error(errc::unsupported,
+                        text + " (this machine has no usable CUDA device)");
+    case cudaErrorInvalidDevice: {
+      auto census = count_cuda_devices();
+      return make_error(errc::invalid_argument, text + " (this process sees " +
+                                                  std::to_string(census.count) +
+                                                  " CUDA devices)");
+    }
+    default: return make_error(errc::backend_error, std::move(text));
+  }
+}
+
+caf::expected<std::shared_ptr<void>> allocate_host(size_t bytes) {
+  // 64-byte alignment keeps vectorized reductions on full cache lines.
+  constexpr size_t alignment = 64;
+  auto rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* ptr = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  if (ptr == nullptr)
+    return make_error(errc::out_of_memory, "cannot allocate " +
+                                             std::to_string(bytes) +
+                                             " bytes of host memory");
+  return std::shared_ptr<void>{ptr, [](void* p) { std::free(p); }};
+}
+
+caf::expected<std::shared_ptr<void>> allocate_cuda(device dev, size_t bytes) {
+  device_guard guard{dev.index};
+  if (guard.status() != cudaSuccess)
+    return device_error(dev, "cudaSetDevice", guard.status());
+  void* ptr = nullptr;
+  // Never a null pointer, even for zero bytes: a defined tensor has an
+  // address, and NCCL rejects null buffers.
+  if (auto err = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes); err != cudaSuccess)
+    return device_error(
+      dev, "cudaMalloc of " + std::to_string(bytes) + " bytes", err);
+  // cudaFree synchronizes the device, so pending work on the memory
+  // finishes first; its error at exit (driver unloaded) is not actionable.
+  return std::shared_ptr<void>{ptr, [](void* p) {
+                                 if (cudaFree(p) != cudaSuccess)
+                                   static_cast<void>(cudaGetLastError());
+                               }};
+}
+
+} // namespace
+
+caf::expected<std::shared_ptr<void>> allocate_memory(device dev, size_t bytes) {
+  if (dev.is_cpu()) return allocate_host(bytes);
+  return allocate_cuda(dev, bytes);
+}
+
+caf::error copy_memory(void* dst, device dst_dev, const void* src,
+                       device src_dev, size_t bytes) {
+  if (bytes == 0) return {};
+  if (dst_dev.is_cpu() && src_dev.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return {};
+  }
+  // The legacy default stream orders the copy after work the caller queued
+  // on any blocking stream; cudaMemcpyDefault reads the direction from the
+  // (unified) addresses, peer copies between GPUs included.
+  auto on = dst_dev.is_cuda() ? dst_dev : src_dev;
+  device_guard guard{on.index};
+  if (guard.status() != cudaSuccess)
+    return device_error(on, "cudaSetDevice", guard.status());
+  auto what = "cudaMemcpy of " + std::to_string(bytes) + " bytes from " +
+              to_string(src_dev) + " to " + to_string(dst_dev);
+  if (auto err =
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy);
+      err != cudaSuccess)
+    return device_error(on, what, err);
+  if (auto err = cudaStreamSynchronize(cudaStreamLegacy); err != cudaSuccess)
+    return device_error(on, what, err);
+  return {};
+}
+
+caf::error zero_memory(void* dst, device dev, size_t bytes) {
+  if (bytes == 0) return {};
+  if (dev.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return {};
+  }
+  device_guard guard{dev.index};
+  if (guard.status() != cudaSuccess)
+    return device_error(dev, "cudaSetDevice", guard.status());
+  // cudaMemset alone may return before the device memory is written.
+  auto what = "cudaMemset of " + std::to_string(bytes) + " bytes";
+  if (auto err = cudaMemsetAsync(dst, 0, bytes, cudaStreamLegacy);
+      err != cudaSuccess)
+    return device_error(dev, what, err);
+  if (auto err = cudaStreamSynchronize(cudaStreamLegacy); err != cudaSuccess)
+    return device_error(dev, what, err);
+  return {};
+}
+
+} // namespace caf_collective::detail

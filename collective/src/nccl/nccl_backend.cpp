@@ -1,0 +1,253 @@
+#include "nccl/nccl_backend.hpp"
+
+#include <algorithm>
+
+#include "backend_factory.hpp"
+#include "log.hpp"
+#include "nccl/nccl_ops.hpp"
+#include "nccl/nccl_rendezvous.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+std::string p2p_name(int sender, int receiver, uint32_t tag) {
+  return std::to_string(sender) + "->" + std::to_string(receiver) + " tag " +
+         std::to_string(tag);
+}
+
+rendezvous_store_ptr nccl_store(const group_config& cfg) {
+  // Own prefix: the Gloo backend of a group with the same name may share
+  // the store.
+  return make_prefix_store("nccl/" + cfg.name, cfg.store);
+}
+
+} // namespace
+
+nccl_backend::nccl_backend(group_config cfg, std::unique_ptr<nccl_clique> main)
+  : cfg_(std::move(cfg)), main_(std::move(main)) {
+  // nop
+}
+
+// Members go in reverse order: the point-to-point communicators, then the
+// main one; each finalizes, or aborts if it was aborted or failed.
+nccl_backend::~nccl_backend() = default;
+
+bool nccl_backend::supports(op_kind, device_kind kind,
+                            dtype type) const noexcept {
+  if (kind != device_kind::cuda) return false;
+  switch (type) {
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64:
+    case dtype::float16:
+    case dtype::bfloat16:
+    case dtype::float32:
+    case dtype::float64: return true;
+  }
+  return false;
+}
+
+nccl_step_ctx nccl_backend::step(op_kind op, const op_call& call) const {
+  nccl_step_ctx ctx;
+  ctx.where = error_context{cfg_.name, op, static_cast<int64_t>(call.seq),
+                            cfg_.rank, cfg_.world_size};
+  ctx.timeout = call.timeout.count() > 0 ? call.timeout : cfg_.timeout;
+  ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  return ctx;
+}
+
+caf::expected<nccl_clique*> nccl_backend::p2p_clique(const nccl_step_ctx& ctx,
+                                                     int sender, int receiver,
+                                                     uint32_t tag) {
+  p2p_key key{sender, receiver, tag};
+  {
+    std::lock_guard<std::mutex> guard{p2p_mtx_};
+    if (auto i = p2p_.find(key); i != p2p_.end()) return i->second.get();
+  }
+  if (aborted_.load())
+    return make_error(errc::aborted, ctx.where, "the NCCL backend is aborted");
+  // Formed outside the lock: it waits for the peer, and the other lane
+  // may need a communicator of its own meanwhile. Each key belongs to one
+  // lane (sends to the send lane, receives to the main lane), so no two
+  // threads form the same one.
+  auto store = nccl_store(cfg_);
+  auto store_key = "p2p/" + std::to_string(sender) + "-" +
+                   std::to_string(receiver) + "/" + std::to_string(tag);
+  nccl_id_record record;
+  if (cfg_.rank == sender) {
+    auto id = make_nccl_id(ctx.where);
+    if (!id) {
+      publish_nccl_failure(*store, store_key, id.error());
+      return std::move(id.error());
+    }
+    record.id = *id;
+    if (auto err = publish_nccl_id(*store, store_key, record, ctx.where))
+      return err;
+  } else {
+    auto fetched = fetch_nccl_id(*store, store_key, ctx.where, ctx.deadline);
+    if (!fetched) return std::move(fetched.error());
+    record = *fetched;
+  }
+  nccl_clique_spec spec;
+  spec.label = cfg_.name + " p2p " + p2p_name(sender, receiver, tag);
+  spec.nranks = 2;
+  spec.first_rank = cfg_.rank == sender ? 0 : 1;
+  spec.devices = {cfg_.cuda_device};
+  spec.id = record.id;
+  spec.teardown_timeout = cfg_.timeout;
+  auto created =
+    nccl_clique::create(std::move(spec), ctx.where, ctx.deadline, &aborted_);
+  if (!created) return std::move(created.error());
+  std::lock_guard<std::mutex> guard{p2p_mtx_};
+  auto* result = created->get();
+  p2p_.emplace(key, std::move(*created));
+  // An abort that ran while this one formed did not see it.
+  if (aborted_.load()) result->abort("the NCCL backend is aborted");
+  return result;
+}
+
+caf::error nccl_backend::send(const op_call& call, const tensor_view& in,
+                              const send_options& opts) {
+  auto ctx = step(op_kind::send, call);
+  auto c = p2p_clique(ctx, cfg_.rank, opts.peer, opts.tag);
+  if (!c) return std::move(c.error());
+  return nccl_send(**c, ctx, in, 1); // the receiver is rank 1 there
+}
+
+caf::error nccl_backend::recv(const op_call& call, const tensor_view& out,
+                              const recv_options& opts) {
+  auto ctx = step(op_kind::recv, call);
+  auto c = p2p_clique(ctx, opts.peer, cfg_.rank, opts.tag);
+  if (!c) return std::move(c.error());
+  return nccl_recv(**c, ctx, out, 0); // the sender is rank 0 there
+}
+
+caf::error nccl_backend::broadcast(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const broadcast_options& opts) {
+  return nccl_broadcast(*main_, step(op_kind::broadcast, call), {&in, 1},
+                        {&out, 1}, opts.root);
+}
+
+caf::error nccl_backend::reduce(const op_call& call, const tensor_view& in,
+                                const tensor_view& out,
+                                const reduce_options& opts) {
+  return nccl_reduce(*main_, step(op_kind::reduce, call), {&in, 1}, {&out, 1},
+                     opts.root, opts.op);
+}
+
+caf::error nccl_backend::allreduce(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const allreduce_options& opts) {
+  // opts.algorithm names Gloo's algorithms; NCCL picks its own.
+  return nccl_allreduce(*main_, step(op_kind::allreduce, call), {&in, 1},
+                        {&out, 1}, opts.op);
+}
+
+caf::error nccl_backend::allgather(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const allgather_options&) {
+  return nccl_allgather(*main_, step(op_kind::allgather, call), {&in, 1},
+                        {&out, 1});
+}
+
+caf::error nccl_backend::allgatherv(const op_call& call, const tensor_view& in,
+                                    const tensor_view& out,
+                                    const allgatherv_options& opts) {
+  return nccl_allgatherv(*main_, step(op_kind::allgatherv, call), {&in, 1},
+                         {&out, 1}, opts.counts);
+}
+
+caf::error nccl_backend::gather(const op_call& call, const tensor_view& in,
+                                const tensor_view& out,
+                                const gather_options& opts) {
+  return nccl_gather(*main_, step(op_kind::gather, call), {&in, 1}, {&out, 1},
+                     opts.root);
+}
+
+caf::error nccl_backend::scatter(const op_call& call, const tensor_view& in,
+                                 const tensor_view& out,
+                                 const scatter_options& opts) {
+  return nccl_scatter(*main_, step(op_kind::scatter, call), {&in, 1}, {&out, 1},
+                      opts.root);
+}
+
+caf::error nccl_backend::reduce_scatter(const op_call& call,
+                                        const tensor_view& in,
+                                        const tensor_view& out,
+                                        const reduce_scatter_options& opts) {
+  return nccl_reduce_scatter(*main_, step(op_kind::reduce_scatter, call),
+                             {&in, 1}, {&out, 1}, opts.op);
+}
+
+caf::error nccl_backend::alltoall(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const alltoall_options&) {
+  return nccl_alltoall(*main_, step(op_kind::alltoall, call), {&in, 1},
+                       {&out, 1});
+}
+
+caf::error nccl_backend::alltoallv(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const alltoallv_options& opts) {
+  return nccl_alltoallv(*main_, step(op_kind::alltoallv, call), {&in, 1},
+                        {&out, 1}, opts.send_counts, opts.recv_counts);
+}
+
+caf::error nccl_backend::barrier(const op_call& call, const barrier_options&) {
+  return nccl_barrier(*main_, step(op_kind::barrier, call));
+}
+
+void nccl_backend::abort(std::string_view why) {
+  aborted_ = true;
+  main_->abort(why);
+  std::lock_guard<std::mutex> guard{p2p_mtx_};
+  for (auto& [key, clique] : p2p_)
+    clique->abort(why);
+}
+
+caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg) {
+  error_context where{cfg.name, op_kind::barrier, -1, cfg.rank, cfg.world_size};
+  where.op = -1;
+  auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
+  auto store = nccl_store(cfg);
+  const std::string key = "unique_id";
+  auto device_err = check_cuda_device(cfg.cuda_device, where);
+  nccl_id_record record;
+  if (cfg.rank == 0) {
+    if (device_err) {
+      publish_nccl_failure(*store, key, device_err);
+      return device_err;
+    }
+    auto id = make_nccl_id(where);
+    if (!id) {
+      publish_nccl_failure(*store, key, id.error());
+      return std::move(id.error());
+    }
+    record.id = *id;
+    if (auto err = publish_nccl_id(*store, key, record, where)) return err;
+  } else {
+    // Rank 0 waits in communicator init until its deadline; nothing
+    // better to tell it from here.
+    if (device_err) return device_err;
+    auto fetched = fetch_nccl_id(*store, key, where, deadline);
+    if (!fetched) return std::move(fetched.error());
+    record = *fetched;
+  }
+  nccl_clique_spec spec;
+  spec.label = cfg.name;
+  spec.nranks = cfg.world_size;
+  spec.first_rank = cfg.rank;
+  spec.devices = {cfg.cuda_device};
+  spec.id = record.id;
+  spec.teardown_timeout = cfg.timeout;
+  auto clique = nccl_clique::create(std::move(spec), where, deadline);
+  if (!clique) return std::move(clique.error());
+  logger_for("nccl").debug("group '{}' rank {}/{} formed on cuda:{}", cfg.name,
+                           cfg.rank, cfg.world_size, cfg.cuda_device);
+  return backend_ptr{new nccl_backend(cfg, std::move(*clique))};
+}
+
+} // namespace caf_collective::detail

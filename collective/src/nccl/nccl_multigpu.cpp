@@ -1,0 +1,1 @@
+#include "nccl/nccl_util.hpp"
