@@ -48,7 +48,8 @@ struct member_state {
   // otherwise drain running ops, on whatever thread drops the last ref.
   ~member_state() {
     for (auto& [name, g] : groups)
-      if (g.grp) g.grp->abort("member of group '" + name + "' terminated");
+      if (g.grp && !g.ops.empty())
+        g.grp->abort("member of group '" + name + "' terminated");
   }
 };
 
@@ -173,8 +174,11 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     join(std::move(m));
   // The state dies with the actor, whichever way it exits.
   self->attach_functor([st](const caf::error&) {
+    // Only a member with ops in flight aborts: an idle group tears down
+    // cleanly and its peers see no spurious failure.
     for (auto& [name, g] : st->groups)
-      if (g.grp) g.grp->abort("member of group '" + name + "' terminated");
+      if (g.grp && !g.ops.empty())
+        g.grp->abort("member of group '" + name + "' terminated");
     st->groups.clear();
   });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
