@@ -12,7 +12,9 @@ constexpr std::string_view group_name = "bench-direct";
 
 class direct_path : public bench_path {
  public:
-  direct_path(int rank, int ranks, rendezvous_store_ptr store) {
+  direct_path(int rank, int ranks, rendezvous_store_ptr store,
+              allreduce_algorithm algorithm)
+    : algorithm_(algorithm) {
     init_options opts;
     opts.store = std::move(store);
     init_collective_group(ranks, rank, "gloo", group_name, opts);
@@ -80,13 +82,17 @@ class direct_path : public bench_path {
       case bench_op::barrier: return barrier(group_name);
     }
   }
+
+ private:
+  allreduce_algorithm algorithm_;
 };
 
 } // namespace
 
-bench_path_ptr make_direct_path(int rank, int ranks,
-                                rendezvous_store_ptr store) {
-  return std::make_unique<direct_path>(rank, ranks, std::move(store));
+bench_path_ptr make_direct_path(int rank, int ranks, rendezvous_store_ptr store,
+                                allreduce_algorithm algorithm) {
+  return std::make_unique<direct_path>(rank, ranks, std::move(store),
+                                       algorithm);
 }
 
 } // namespace caf_collective::bench

@@ -2,6 +2,7 @@
 // the member initialized): what an application on one member runs.
 #pragma once
 
+#include "caf_collective/options.hpp"
 #include "caf_collective/rendezvous.hpp"
 
 #include "bench_path.hpp"
@@ -10,7 +11,8 @@ namespace caf_collective::bench {
 
 /// Joins the group "bench-direct" (blocks until every rank joined). The
 /// calling thread must hold a member_scope for as long as the path lives.
-bench_path_ptr make_direct_path(int rank, int ranks,
-                                rendezvous_store_ptr store);
+/// `algorithm` is what its allreduce calls ask for.
+bench_path_ptr make_direct_path(int rank, int ranks, rendezvous_store_ptr store,
+                                allreduce_algorithm algorithm);
 
 } // namespace caf_collective::bench

@@ -18,6 +18,9 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   -f FACTOR          multiply the size by FACTOR per step (2)
   -n ITERS           timed iterations per size (20)
   -w ITERS           warm-up iterations per size (5)
+  --repeat R         timed series per size; keep the fastest (1)
+  --time mean|median time column: mean per iteration (nccl-tests) or the
+                     median iteration of the slowest rank (mean)
   -c 0|1             check results on known data (1)
   -d DTYPE           int8 uint8 int32 int64 float32 float64 (float32)
   -o OP              sum prod min max (sum)
@@ -26,6 +29,10 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --backend NAME     gloo (gloo)
   --path LIST        raw-gloo,raw-gloo-best,direct,driver
                      (raw-gloo,raw-gloo-best,direct)
+  --direct-algo A    allreduce algorithm of the direct path: automatic ring
+                     ring_chunked halving_doubling bcube ring_options_api
+                     (automatic)
+  --variants         also print a row per Gloo algorithm of raw-gloo-best
   --procs            ranks as processes (default: threads of one process)
   --raw-warmup 0|1   give raw Gloo our groups' 1 MiB warm-up per pair (1)
   --csv FILE         also write every row as CSV
@@ -78,6 +85,21 @@ void check_paths(const std::vector<std::string>& paths) {
       throw std::invalid_argument("unknown path " + p);
 }
 
+allreduce_algorithm parse_algorithm(std::string_view name) {
+  constexpr std::pair<std::string_view, allreduce_algorithm> table[] = {
+    {"automatic", allreduce_algorithm::automatic},
+    {"ring", allreduce_algorithm::ring},
+    {"ring_chunked", allreduce_algorithm::ring_chunked},
+    {"halving_doubling", allreduce_algorithm::halving_doubling},
+    {"bcube", allreduce_algorithm::bcube},
+    {"ring_options_api", allreduce_algorithm::ring_options_api},
+  };
+  for (auto& [key, value] : table)
+    if (key == name) return value;
+  throw std::invalid_argument("unknown allreduce algorithm " +
+                              std::string{name});
+}
+
 reduce_op parse_redop(std::string_view name) {
   if (name == "prod") return reduce_op::product;
   auto op = parse_reduce_op(name);
@@ -110,8 +132,8 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         std::cout << usage;
         return std::nullopt;
       }
-      if (flag == "--procs") {
-        opts.procs = true;
+      if (flag == "--procs" || flag == "--variants") {
+        (flag == "--procs" ? opts.procs : opts.show_variants) = true;
         continue;
       }
       if (i + 1 >= argc)
@@ -130,6 +152,12 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.iters = as_int();
       else if (flag == "-w")
         opts.warmup_iters = as_int();
+      else if (flag == "--time") {
+        if (value != "mean" && value != "median")
+          throw std::invalid_argument("--time must be mean or median");
+        opts.median_time = value == "median";
+      } else if (flag == "--repeat")
+        opts.repeat = as_int();
       else if (flag == "-c")
         opts.check = as_int() != 0;
       else if (flag == "-d") {
@@ -148,6 +176,8 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.backend = value;
       else if (flag == "--path")
         opts.paths = split(value);
+      else if (flag == "--direct-algo")
+        opts.direct_algorithm = parse_algorithm(value);
       else if (flag == "--raw-warmup")
         opts.raw_warm_up = as_int() != 0;
       else if (flag == "--csv")
@@ -162,8 +192,9 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
       throw std::invalid_argument("only --backend gloo exists so far");
     if (opts.ranks < 1 || opts.root < 0 || opts.root >= opts.ranks)
       throw std::invalid_argument("need --ranks >= 1 and 0 <= -r < ranks");
-    if (opts.iters < 1 || opts.warmup_iters < 0 || opts.min_bytes == 0 ||
-        opts.min_bytes > opts.max_bytes || opts.step_factor < 1.0)
+    if (opts.iters < 1 || opts.repeat < 1 || opts.warmup_iters < 0 ||
+        opts.min_bytes == 0 || opts.min_bytes > opts.max_bytes ||
+        opts.step_factor < 1.0)
       throw std::invalid_argument("need -n >= 1, -w >= 0, 0 < -b <= -e, "
                                   "-f >= 1");
   } catch (const std::exception& ex) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "caf_collective/dtype.hpp"
+#include "caf_collective/options.hpp"
 #include "caf_collective/reduce_op.hpp"
 
 #include "bench_op.hpp"
@@ -21,6 +22,12 @@ struct perf_options {
   double step_factor = 2.0;
   int iters = 20;
   int warmup_iters = 5;
+  /// Timed series per size and path; the fastest (lowest mean) is kept,
+  /// which filters noise from other load on a shared machine.
+  int repeat = 1;
+  /// Report the median iteration instead of the mean (nccl-tests: mean);
+  /// robust against scheduler stalls on a loaded machine.
+  bool median_time = false;
   bool check = true;
   dtype type = dtype::float32;
   reduce_op redop = reduce_op::sum;
@@ -29,6 +36,10 @@ struct perf_options {
   std::string backend = "gloo";
   std::vector<std::string> paths{"raw-gloo", "raw-gloo-best", "direct"};
   bool procs = false;
+  /// Also print one row per algorithm of multi-algorithm paths.
+  bool show_variants = false;
+  /// Allreduce algorithm the direct path asks for (automatic: ours).
+  allreduce_algorithm direct_algorithm = allreduce_algorithm::automatic;
   /// Gives raw Gloo our groups' 1 MiB per-pair warm-up (like with like).
   bool raw_warm_up = true;
   std::string csv_file;

@@ -59,9 +59,11 @@ class rank_runner {
       for (auto bytes : sizes_of(op)) {
         for (auto& path : paths_) {
           if (!path->supports(op, false)) continue;
-          auto row = measure(*path, op, bytes, in.data.get(), out.data.get());
-          if (is_root()) print_row(std::cout, row, opts_);
-          rows.push_back(std::move(row));
+          for (auto& row :
+               measure(*path, op, bytes, in.data.get(), out.data.get())) {
+            if (is_root()) print_row(std::cout, row, opts_);
+            rows.push_back(std::move(row));
+          }
         }
       }
       if (is_root()) print_footer(std::cout, rows, opts_);
@@ -92,7 +94,8 @@ class rank_runner {
         paths_.push_back(name == "raw-gloo" ? make_raw_gloo_path(ctx)
                                             : make_raw_gloo_best_path(ctx));
       } else if (name == "direct") {
-        paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store));
+        paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store,
+                                          opts_.direct_algorithm));
       } else if (name == "driver" && is_root()) {
         std::cout << "# path driver: not available (this build has no actor "
                      "layer with a driver API); skipped\n";
@@ -112,11 +115,14 @@ class rank_runner {
     return result;
   }
 
-  result_row measure(bench_path& path, bench_op op, size_t bytes, std::byte* in,
-                     std::byte* out) {
-    result_row row{op,    std::string{path.name()},    {},
-                   bytes, bytes / size_of(opts_.type), {},
-                   {}};
+  // One row per size: the fastest variant of the path (by mean time;
+  // wrong results of every variant count), preceded by one row per variant
+  // ("gloo:<algorithm>") with --variants.
+  std::vector<result_row> measure(bench_path& path, bench_op op, size_t bytes,
+                                  std::byte* in, std::byte* out) {
+    result_row base{op,    std::string{path.name()},    {},
+                    bytes, bytes / size_of(opts_.type), {},
+                    {}};
     op_args args;
     args.op = op;
     args.type = opts_.type;
@@ -124,36 +130,46 @@ class rank_runner {
     args.root = opts_.root;
     args.rank = env_.rank;
     args.ranks = opts_.ranks;
-    args.total = row.count;
+    args.total = base.count;
     args.in = in;
     args.out = out;
-    row.out_of_place = measure_variants(path, args, row.algo);
+    auto n = path.variants(op);
+    std::vector<result_row> rows(static_cast<size_t>(n), base);
+    for (int v = 0; v < n; ++v)
+      rows[v].out_of_place = measure_one(path, args, v);
     if (path.supports(op, true) && op != bench_op::barrier) {
       args.in = out;
-      std::string ignored;
-      row.in_place = measure_variants(path, args, ignored);
+      for (int v = 0; v < n; ++v)
+        rows[v].in_place = measure_one(path, args, v);
     }
-    derive_bandwidth(row.out_of_place, op, bytes, opts_.ranks);
-    derive_bandwidth(row.in_place, op, bytes, opts_.ranks);
-    return row;
+    std::string oop_algo;
+    std::string ip_algo;
+    for (int v = 0; v < n; ++v) {
+      auto& row = rows[v];
+      row.algo = path.variant_name(op, v);
+      if (n > 1) row.path = "gloo:" + row.algo;
+      derive_bandwidth(row.out_of_place, op, bytes, opts_.ranks);
+      derive_bandwidth(row.in_place, op, bytes, opts_.ranks);
+      keep_faster(base.out_of_place, row.out_of_place, oop_algo, row.algo);
+      keep_faster(base.in_place, row.in_place, ip_algo, row.algo);
+    }
+    base.algo = ip_algo.empty() || ip_algo == oop_algo
+                  ? oop_algo
+                  : oop_algo + "/" + ip_algo;
+    if (!opts_.show_variants || n == 1) rows.clear();
+    rows.push_back(std::move(base));
+    return rows;
   }
 
-  // Times every variant of the path and keeps the fastest (by mean);
-  // wrong results of any variant count.
-  timing measure_variants(bench_path& path, const op_args& args,
-                          std::string& algo) {
-    timing best;
-    size_t wrong = 0;
-    for (int v = 0; v < path.variants(args.op); ++v) {
-      auto t = measure_one(path, args, v);
-      wrong += t.wrong;
-      if (!best.valid || t.mean_us < best.mean_us) {
-        best = t;
-        algo = path.variant_name(args.op, v);
-      }
+  static void keep_faster(timing& best, const timing& t, std::string& algo,
+                          const std::string& name) {
+    if (!t.valid) return;
+    auto wrong = best.wrong + t.wrong;
+    if (!best.valid || t.time_us < best.time_us) {
+      best = t;
+      algo = name;
     }
     best.wrong = wrong;
-    return best;
   }
 
   timing measure_one(bench_path& path, const op_args& args, int variant) {
@@ -167,6 +183,18 @@ class rank_runner {
     }
     for (int i = 0; i < opts_.warmup_iters; ++i)
       path.run(args);
+    timing t;
+    for (int r = 0; r < opts_.repeat; ++r) {
+      auto series = time_series(path, args);
+      if (!t.valid || series.time_us < t.time_us) t = series;
+    }
+    path.finish();
+    t.wrong = static_cast<size_t>(control_->sum(wrong));
+    return t;
+  }
+
+  // One timed series of opts_.iters calls; every rank takes part.
+  timing time_series(bench_path& path, const op_args& args) {
     control_->barrier();
     std::vector<double> samples;
     samples.reserve(static_cast<size_t>(opts_.iters));
@@ -180,7 +208,6 @@ class rank_runner {
       last = now;
     }
     auto total = std::chrono::duration<double, std::micro>(last - start);
-    path.finish();
     std::sort(samples.begin(), samples.end());
     // The slowest rank defines the time of a collective.
     std::vector<double> stats{total.count() / opts_.iters,
@@ -191,7 +218,7 @@ class rank_runner {
     t.mean_us = stats[0];
     t.median_us = stats[1];
     t.max_us = stats[2];
-    t.wrong = static_cast<size_t>(control_->sum(wrong));
+    t.time_us = opts_.median_time ? t.median_us : t.mean_us;
     return t;
   }
 

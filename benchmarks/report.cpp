@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,7 +24,7 @@ void print_timing(std::ostream& out, const timing& t) {
         << "n/a" << std::setw(7) << "n/a";
     return;
   }
-  out << std::fixed << std::setw(10) << std::setprecision(1) << t.mean_us
+  out << std::fixed << std::setw(10) << std::setprecision(1) << t.time_us
       << std::setw(8) << std::setprecision(3) << t.algbw << std::setw(8)
       << t.busbw << std::setw(7) << t.wrong;
 }
@@ -38,8 +39,8 @@ std::string plot_name(const std::string& file, bench_op op, bool several) {
 } // namespace
 
 void derive_bandwidth(timing& t, bench_op op, size_t bytes, int ranks) {
-  if (!t.valid || t.mean_us <= 0) return;
-  t.algbw = static_cast<double>(bytes) / (t.mean_us * 1e3);
+  if (!t.valid || t.time_us <= 0) return;
+  t.algbw = static_cast<double>(bytes) / (t.time_us * 1e3);
   t.busbw = t.algbw * bus_factor(op, ranks);
 }
 
@@ -60,7 +61,7 @@ void print_header(std::ostream& out, bench_op op, const perf_options& opts) {
 void print_row(std::ostream& out, const result_row& row,
                const perf_options& opts) {
   bool reduction = is_reduction(row.op);
-  out << std::setw(14) << row.path << std::setw(13) << row.bytes
+  out << std::setw(22) << row.path << std::setw(13) << row.bytes
       << std::setw(11) << row.count << std::setw(9) << to_string(opts.type)
       << std::setw(7) << (reduction ? redop_name(opts) : "none") << std::setw(6)
       << (has_root(row.op) ? opts.root : -1);
@@ -79,7 +80,8 @@ void print_footer(std::ostream& out, const std::vector<result_row>& rows,
       auto& [sum, n] = sums[row.path];
       sum += t->busbw;
       ++n;
-      wrong += t->wrong;
+      // A best-of row already counts the wrong results of its variants.
+      if (row.path.rfind("gloo:", 0) != 0) wrong += t->wrong;
     }
   }
   for (auto& path : opts.paths)
@@ -96,7 +98,7 @@ void write_csv(const std::string& file, const std::vector<result_row>& rows,
   std::ofstream out{file};
   out << "op,path,algo,ranks,mode,size,count,type,redop,root";
   for (auto* prefix : {"oop", "ip"})
-    out << "," << prefix << "_time_us," << prefix << "_median_us," << prefix
+    out << "," << prefix << "_mean_us," << prefix << "_median_us," << prefix
         << "_max_us," << prefix << "_algbw," << prefix << "_busbw," << prefix
         << "_wrong";
   out << "\n";
@@ -126,11 +128,17 @@ bool write_plot(const std::string& file, const std::vector<result_row>& rows,
   for (auto op : ops) {
     auto data = file + "." + std::string{to_string(op)} + ".dat";
     auto script = data + ".gp";
+    // Paths in order of appearance (with --variants, one per algorithm).
+    std::vector<std::string> names;
+    for (auto& row : rows)
+      if (row.op == op &&
+          std::find(names.begin(), names.end(), row.path) == names.end())
+        names.push_back(row.path);
     std::vector<std::string> paths;
     {
       std::ofstream out{data};
       // One gnuplot data block per path, separated by two blank lines.
-      for (auto& path : opts.paths) {
+      for (auto& path : names) {
         bool any = false;
         for (auto& row : rows) {
           if (row.op != op || row.path != path || !row.out_of_place.valid)

@@ -15,6 +15,8 @@ namespace caf_collective::bench {
 struct timing {
   bool valid = false;
   double mean_us = 0;
+  /// What the table shows and bandwidths derive from: mean or median.
+  double time_us = 0;
   double median_us = 0;
   double max_us = 0;
   double algbw = 0; // GB/s
@@ -32,7 +34,7 @@ struct result_row {
   timing in_place;
 };
 
-/// Fills algbw and busbw from the mean time (nccl-tests' definitions:
+/// Fills algbw and busbw from time_us (nccl-tests' definitions:
 /// algbw = size / time, busbw = algbw * bus factor).
 void derive_bandwidth(timing& t, bench_op op, size_t bytes, int ranks);
 
