@@ -1,0 +1,336 @@
+// Driver-orchestrated collectives over real Gloo groups of member actors.
+// The reference checks are the demo's (examples/demo/every_op.hpp).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include <caf_collective/client.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/member.hpp>
+
+#include "every_op.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+caf::actor_system_config& prepare(caf::actor_system_config& cfg, int threads) {
+  col::add_message_types(cfg);
+  if (threads > 0) cfg.set("scheduler.max-threads", threads);
+  return cfg;
+}
+
+// Members are plain workers answering pings with their rank.
+caf::behavior worker(caf::event_based_actor*, int32_t rank) {
+  return {[rank](caf::ping_atom) { return rank; }};
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  col::driver_actor driver;
+  std::vector<caf::actor> actors; // stopped at the end of the test
+  col::object_store_ptr store;
+
+  explicit fixture(int threads = 0)
+    : sys(prepare(cfg, threads)), driver(col::spawn_driver(sys)),
+      store(col::local_store(sys)) {
+    // nop
+  }
+
+  ~fixture() {
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+    actors.clear();
+    driver = nullptr;
+  }
+
+  std::vector<caf::actor> group(const std::string& name, int ws,
+                                int64_t timeout_ms = 10000) {
+    auto xs =
+      col::spawn_group(sys, driver, name, ws, "gloo", timeout_ms, worker);
+    actors.insert(actors.end(), xs.begin(), xs.end());
+    return xs;
+  }
+
+  caf::actor member(std::vector<col::membership> ms) {
+    auto x = col::spawn_member(sys, driver, std::move(ms));
+    actors.push_back(x);
+    return x;
+  }
+};
+
+void check_all_ok(const std::vector<col::demo::op_report>& reports) {
+  CHECK(reports.size() == 11);
+  for (auto& r : reports) {
+    INFO(r.op << ": " << r.error);
+    CHECK(r.ok);
+  }
+}
+
+col::membership ms(std::string name, int rank, int ws, int64_t timeout_ms,
+                   int64_t delay_ms = 0) {
+  return {std::move(name), rank, ws, "gloo", timeout_ms, delay_ms};
+}
+
+std::string text(const caf::error& err) {
+  return col::render(err);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("every op through the driver matches the reference for groups of "
+          "1, 2, 3 and 4 members") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  for (int ws = 1; ws <= 4; ++ws) {
+    CAPTURE(ws);
+    auto name = "g" + std::to_string(ws);
+    f.group(name, ws);
+    REQUIRE(!col::await_group(self, f.driver, name, 15s));
+    check_all_ok(col::demo::run_every_op(self, f.driver, *f.store, name, ws,
+                                         12 * ws, 10s));
+  }
+  CHECK(f.store->objects() == 0);
+}
+
+TEST_CASE("two groups over the same actors run concurrently") {
+  fixture f;
+  std::vector<caf::actor> xs;
+  for (int r = 0; r < 3; ++r)
+    xs.push_back(f.member({ms("a", r, 3, 10000), ms("b", 2 - r, 3, 10000)}));
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "a", 15s));
+  REQUIRE(!col::await_group(self, f.driver, "b", 15s));
+  std::vector<col::demo::op_report> ra, rb;
+  std::thread ta{[&] {
+    caf::scoped_actor me{f.sys};
+    ra = col::demo::run_every_op(me, f.driver, *f.store, "a", 3, 3000, 10s);
+  }};
+  std::thread tb{[&] {
+    caf::scoped_actor me{f.sys};
+    rb = col::demo::run_every_op(me, f.driver, *f.store, "b", 3, 3000, 10s);
+  }};
+  ta.join();
+  tb.join();
+  check_all_ok(ra);
+  check_all_ok(rb);
+}
+
+TEST_CASE("a subgroup declared over existing members runs beside the full "
+          "group") {
+  fixture f;
+  auto xs = f.group("full", 3);
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "full", 15s));
+  // Ranks by list order: member 2 is rank 0 of "sub", member 0 is rank 1.
+  REQUIRE(
+    !col::declare_group(self, f.driver, "sub", {xs[2], xs[0]}, "gloo", 10s));
+  check_all_ok(
+    col::demo::run_every_op(self, f.driver, *f.store, "sub", 2, 8, 10s));
+  check_all_ok(
+    col::demo::run_every_op(self, f.driver, *f.store, "full", 3, 9, 10s));
+}
+
+TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "
+          "long op") {
+  fixture f{2};
+  std::vector<caf::actor> xs;
+  // Rank 7 holds the op back for 1 s: ranks 0-6 wait in Gloo on their lanes
+  // meanwhile, and must not hold the two scheduler threads.
+  for (int r = 0; r < 8; ++r)
+    xs.push_back(f.member({ms("eight", r, 8, 10000, r == 7 ? 1000 : 0)}));
+  auto echo =
+    f.sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  f.actors.push_back(echo);
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "eight", 15s));
+  std::vector<col::demo::floats> ins(8, col::demo::floats(64, 1.0f));
+  auto refs = col::demo::put_all(*f.store, ins);
+  auto t0 = std::chrono::steady_clock::now();
+  auto pending = self->request(
+    f.driver, 10s,
+    col::op_request{"eight", col::op_kind::allreduce, refs, col::op_params{}});
+  std::this_thread::sleep_for(200ms);
+  int answered = 0;
+  for (int i = 0; i < 5; ++i) {
+    self->request(echo, 300ms, i)
+      .receive([&](int) { ++answered; }, [](caf::error&) {});
+    self->request(xs[i], 300ms, col::status_atom::value, std::string{"eight"})
+      .receive([&](col::group_status&) { ++answered; }, [](caf::error&) {});
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s); // answered mid-op
+  CHECK(answered == 10);
+  bool ok = false;
+  pending.receive([&](col::op_result&) { ok = true; },
+                  [](caf::error& err) { FAIL(text(err)); });
+  CHECK(ok);
+  CHECK(col::demo::read(*f.store, refs[3]) == col::demo::floats(64, 8.0f));
+}
+
+TEST_CASE("a member killed mid-op: the client and every survivor get "
+          "peer_lost; the group is broken until destroyed and declared "
+          "again") {
+  fixture f;
+  std::vector<caf::actor> xs;
+  for (int r = 0; r < 3; ++r)
+    xs.push_back(f.member({ms("k", r, 3, 5000, r == 2 ? 3000 : 0)}));
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "k", 15s));
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}, {5, 6}});
+  auto t0 = std::chrono::steady_clock::now();
+  auto pending = self->request(
+    f.driver, 10s,
+    col::op_request{"k", col::op_kind::allreduce, refs, col::op_params{}});
+  std::this_thread::sleep_for(300ms); // ranks 0 and 1 are inside Gloo now
+  caf::anon_send_exit(xs[2], caf::exit_reason::kill);
+  caf::error client_err;
+  pending.receive([](col::op_result&) {},
+                  [&](caf::error& err) { client_err = err; });
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(col::code_of(client_err) == col::errc::peer_lost);
+  CHECK(contains(text(client_err), "rank 2 died"));
+  for (int r = 0; r < 2; ++r) {
+    auto st = col::status_of(self, xs[r], "k", 2s);
+    REQUIRE(st);
+    CHECK(st->state == "broken");
+    CHECK(col::code_of(st->reason) == col::errc::peer_lost);
+  }
+  auto later = col::run_op(
+    self, f.driver,
+    col::op_request{"k", col::op_kind::barrier, {}, col::op_params{}}, 2s);
+  REQUIRE(!later);
+  CHECK(col::code_of(later.error()) == col::errc::peer_lost);
+  // Destroyed and declared again over the survivors, it works.
+  REQUIRE(!col::destroy_group(self, f.driver, "k", 2s));
+  REQUIRE(
+    !col::declare_group(self, f.driver, "k", {xs[0], xs[1]}, "gloo", 10s));
+  auto again = col::run_op(
+    self, f.driver,
+    col::op_request{
+      "k", col::op_kind::allreduce, {refs[0], refs[1]}, col::op_params{}},
+    5s);
+  REQUIRE(again);
+}
+
+TEST_CASE("unknown refs, mismatched shapes and dtypes and a root out of "
+          "range are refused naming the ranks, and the group stays usable") {
+  fixture f;
+  f.group("v", 3);
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "v", 15s));
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}, {5, 6}});
+  auto run = [&](std::vector<col::object_ref> rs, col::op_kind op,
+                 col::op_params p = {}) {
+    return col::run_op(self, f.driver, col::op_request{"v", op, rs, p}, 5s);
+  };
+  { // a ref that does not exist
+    auto rs = refs;
+    rs[1].id = 4711;
+    auto res = run(rs, col::op_kind::allreduce);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::unknown_object);
+    CHECK(contains(text(res.error()), "ranks [1]"));
+  }
+  { // a released ref
+    auto gone = f.store->put(col::tensor::from_vector(col::demo::floats{7, 8}));
+    REQUIRE(gone);
+    REQUIRE(!f.store->release(*gone));
+    auto rs = refs;
+    rs[2] = *gone;
+    auto res = run(rs, col::op_kind::allreduce);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::unknown_object);
+  }
+  { // mismatched shapes
+    auto big = col::demo::put_all(*f.store, {{1, 2, 3}});
+    auto rs = refs;
+    rs[2] = big[0];
+    auto res = run(rs, col::op_kind::allreduce);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::mismatch);
+    CHECK(contains(text(res.error()), "ranks [2]"));
+  }
+  { // mismatched dtypes
+    auto ints =
+      f.store->put(col::tensor::from_vector(std::vector<int32_t>{1, 2}));
+    REQUIRE(ints);
+    auto rs = refs;
+    rs[0] = *ints;
+    auto res = run(rs, col::op_kind::allgather);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::mismatch);
+    CHECK(contains(text(res.error()), "ranks [1, 2]"));
+  }
+  { // root out of range
+    col::op_params p;
+    p.root = 3;
+    auto res = run(refs, col::op_kind::broadcast, p);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::invalid_argument);
+    CHECK(contains(text(res.error()), "root 3"));
+  }
+  { // a ref living on another node
+    auto rs = refs;
+    rs[1].node = "elsewhere";
+    auto res = run(rs, col::op_kind::allreduce);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::unknown_object);
+  }
+  auto ok = run(refs, col::op_kind::allreduce);
+  REQUIRE(ok);
+  CHECK(col::demo::read(*f.store, refs[0]) == col::demo::floats{9, 12});
+}
+
+TEST_CASE("an op past its deadline fails with timeout naming the unfinished "
+          "ranks") {
+  fixture f;
+  for (int r = 0; r < 3; ++r)
+    f.member({ms("slow", r, 3, 5000, r == 1 ? 2000 : 0)});
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "slow", 15s));
+  col::op_params p;
+  p.timeout_ms = 300;
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = col::run_op(
+    self, f.driver, col::op_request{"slow", col::op_kind::barrier, {}, p}, 5s);
+  REQUIRE(!res);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+  CHECK(col::code_of(res.error()) == col::errc::timeout);
+  CHECK(contains(text(res.error()), "ranks [1] had not finished"));
+}
+
+TEST_CASE("gang formation times out naming the ranks that never "
+          "registered") {
+  fixture f;
+  f.member({ms("gang", 0, 3, 300)});
+  f.member({ms("gang", 1, 3, 300)});
+  caf::scoped_actor self{f.sys};
+  auto err = col::await_group(self, f.driver, "gang", 5s);
+  REQUIRE(err);
+  CHECK(col::code_of(err) == col::errc::timeout);
+  CHECK(contains(text(err), "ranks [2] never registered"));
+}
+
+TEST_CASE("gang formation fails with peer_lost when a rank dies first") {
+  fixture f;
+  auto a = f.member({ms("early", 0, 3, 5000)});
+  f.member({ms("early", 1, 3, 5000)});
+  caf::scoped_actor self{f.sys};
+  std::this_thread::sleep_for(100ms);
+  caf::anon_send_exit(a, caf::exit_reason::kill);
+  auto err = col::await_group(self, f.driver, "early", 5s);
+  REQUIRE(err);
+  CHECK(col::code_of(err) == col::errc::peer_lost);
+  CHECK(contains(text(err), "rank 0 died"));
+}
