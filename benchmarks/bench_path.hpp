@@ -53,6 +53,10 @@ class bench_path {
   /// Runs one collective; throws on failure.
   virtual void run(const op_args& args) = 0;
 
+  /// Runs one collective on known inputs and returns the number of wrong
+  /// result elements this rank saw (default: on this rank's buffers).
+  virtual size_t check(const op_args& args);
+
   /// Drops what prepare built.
   virtual void finish() {}
 };

@@ -11,6 +11,7 @@
 
 #include "data_pattern.hpp"
 #include "direct_path.hpp"
+#include "driver_path.hpp"
 #include "gloo_session.hpp"
 #include "raw_gloo_path.hpp"
 #include "report.hpp"
@@ -96,6 +97,8 @@ class rank_runner {
       } else if (name == "direct") {
         paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store,
                                           opts_.direct_algorithm));
+      } else if (name == "driver" && driver_path_available()) {
+        paths_.push_back(make_driver_path(env_.rank, opts_.ranks));
       } else if (name == "driver" && is_root()) {
         std::cout << "# path driver: not available (this build has no actor "
                      "layer with a driver API); skipped\n";
@@ -177,9 +180,7 @@ class rank_runner {
     control_->barrier();
     double wrong = 0;
     if (opts_.check && args.op != bench_op::barrier) {
-      fill_inputs(args);
-      path.run(args);
-      wrong = static_cast<double>(count_wrong(args));
+      wrong = static_cast<double>(path.check(args));
     }
     for (int i = 0; i < opts_.warmup_iters; ++i)
       path.run(args);

@@ -1,0 +1,19 @@
+// The actor layer: a client asks the driver for an op on object-store refs,
+// the members run it, the driver answers with the result refs. The driver,
+// the members (one per rank) and the client live in rank 0's process; the
+// other ranks only take part in the runner's barriers.
+#pragma once
+
+#include "bench_path.hpp"
+
+namespace caf_collective::bench {
+
+/// Whether this build has the actor layer (otherwise the driver path is
+/// reported as not available).
+bool driver_path_available() noexcept;
+
+/// Spawns the driver and `ranks` members on rank 0 and waits until their
+/// group formed; a no-op object on the other ranks.
+bench_path_ptr make_driver_path(int rank, int ranks);
+
+} // namespace caf_collective::bench
