@@ -168,10 +168,12 @@ void nccl_clique::teardown_locked() {
   }
   for (auto& slot : slots_) {
     device_guard dev{slot.device};
-    // cudaFree waits for the device; after a finalize or an abort nothing
-    // of ours runs there any more.
-    if (slot.scratch != nullptr) cudaFree(slot.scratch);
+    // After a finalize or an abort nothing of ours runs on the device, so
+    // the frees below (some synchronize it) do not wait for long.
+    free_scratch(slot);
     if (slot.host != nullptr) cudaFreeHost(slot.host);
+    for (auto* ptr : slot.retired_host)
+      cudaFreeHost(ptr);
     if (slot.done != nullptr) cudaEventDestroy(slot.done);
     if (slot.ready != nullptr) cudaEventDestroy(slot.ready);
     if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
@@ -205,19 +207,35 @@ caf::error nccl_clique::reserve_scratch(size_t index, size_t bytes,
   // slowly growing calls should not reallocate every time.
   auto wanted = std::max(bytes, slot.scratch_bytes * 2);
   device_guard dev{slot.device};
-  if (slot.scratch != nullptr) {
-    cudaFree(slot.scratch);
-    slot.scratch = nullptr;
-    slot.scratch_bytes = 0;
+  free_scratch(slot);
+  // Stream ordered: later steps on this stream see the memory, and no
+  // device-wide synchronization happens on the way.
+  auto err = cudaMallocAsync(&slot.scratch, wanted, slot.stream);
+  slot.scratch_async = err == cudaSuccess;
+  if (err == cudaErrorNotSupported) {
+    static_cast<void>(cudaGetLastError());
+    err = cudaMalloc(&slot.scratch, wanted);
   }
-  if (auto err = cudaMalloc(&slot.scratch, wanted); err != cudaSuccess)
+  if (err != cudaSuccess) {
+    slot.scratch = nullptr;
     return cuda_error(
       where,
-      "cudaMalloc of " + std::to_string(wanted) +
+      "allocating " + std::to_string(wanted) +
         " bytes of NCCL scratch on cuda:" + std::to_string(slot.device),
       err);
+  }
   slot.scratch_bytes = wanted;
   return {};
+}
+
+void nccl_clique::free_scratch(nccl_slot& slot) {
+  if (slot.scratch == nullptr) return;
+  if (slot.scratch_async)
+    cudaFreeAsync(slot.scratch, slot.stream);
+  else
+    cudaFree(slot.scratch);
+  slot.scratch = nullptr;
+  slot.scratch_bytes = 0;
 }
 
 caf::error nccl_clique::reserve_host(size_t index, size_t bytes,
@@ -227,7 +245,7 @@ caf::error nccl_clique::reserve_host(size_t index, size_t bytes,
   auto wanted = std::max(bytes, slot.host_bytes * 2);
   device_guard dev{slot.device};
   if (slot.host != nullptr) {
-    cudaFreeHost(slot.host);
+    slot.retired_host.push_back(slot.host);
     slot.host = nullptr;
     slot.host_bytes = 0;
   }

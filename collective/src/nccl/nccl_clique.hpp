@@ -43,14 +43,21 @@ struct nccl_slot {
   cudaEvent_t ready = nullptr;
   /// Recorded on `stream` after a step; polled for completion.
   cudaEvent_t done = nullptr;
-  /// Device scratch, reused and grown (barrier, integer avg).
+  /// Device scratch, reused and grown (barrier, integer avg). Stream
+  /// ordered (cudaMallocAsync) where the device supports it: a plain
+  /// cudaFree would wait for the whole device, a hung kernel of another
+  /// group included.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  bool scratch_async = false;
   /// Pinned host staging of the integer avg, reused and grown: pinned so
   /// that copies stay asynchronous and never block a thread that holds
   /// the issue mutex.
   void* host = nullptr;
   size_t host_bytes = 0;
+  /// Outgrown staging buffers, freed at teardown only: cudaFreeHost
+  /// synchronizes the device, which must not happen while NCCL may hang.
+  std::vector<void*> retired_host;
 };
 
 /// What the members of one communicator agree on.
@@ -119,8 +126,8 @@ class nccl_clique {
 
   nccl_slot& slot(size_t index) noexcept { return slots_[index]; }
 
-  /// Grows slot `index`'s device scratch to at least `bytes`. Only between
-  /// steps: freeing the old buffer synchronizes the device.
+  /// Grows slot `index`'s device scratch to at least `bytes`; only
+  /// between steps.
   caf::error reserve_scratch(size_t index, size_t bytes,
                              const error_context& where);
 
@@ -161,6 +168,7 @@ class nccl_clique {
   caf::error fail(caf::error err);
   void abort_comms_locked();
   void teardown_locked();
+  static void free_scratch(nccl_slot& slot);
 
   nccl_clique_spec spec_;
   std::vector<nccl_slot> slots_;
