@@ -69,7 +69,12 @@ class group : public std::enable_shared_from_this<group> {
   /// make() and wait for formation: blocks the calling thread.
   static caf::expected<std::shared_ptr<group>> create(group_config cfg);
 
-  /// Drains queued operations, then tears the backend down.
+  /// Queued operations hold the group, so this runs once they are done
+  /// (often on the lane itself). A healthy Gloo group then meets its peers
+  /// in a barrier of at most min(timeout, 5 s) before closing its sockets;
+  /// after abort() (or a failure) it closes at once. Actors that drop a
+  /// group on a scheduler thread therefore abort it or destroy it through
+  /// destroy_collective_group from a thread that may block.
   ~group();
 
   group(const group&) = delete;

@@ -89,8 +89,11 @@ void group::break_with(const caf::error& err) {
   if (!broken_reason_) {
     broken_reason_ = err;
     static auto& log = detail::logger_for("group");
-    log.warn("group '{}' rank {}/{} is broken: {}", cfg_.name, cfg_.rank,
-             cfg_.world_size, render(err));
+    // A deliberate abort (peer lost, group destroyed) is expected: info.
+    auto level =
+      code_of(err) == errc::aborted ? spdlog::level::info : spdlog::level::warn;
+    log.log(level, "group '{}' rank {}/{} is broken: {}", cfg_.name, cfg_.rank,
+            cfg_.world_size, render(err));
   }
   broken_ = true;
 }
