@@ -154,7 +154,8 @@ bool write_plot(const std::string& file, const std::vector<result_row>& rows,
     }
     {
       std::ofstream out{script};
-      out << "set terminal png size 1000,600\n"
+      // noenhanced: path names contain '_', which would print as subscripts.
+      out << "set terminal png size 1000,600 noenhanced\n"
           << "set output '" << plot_name(file, op, ops.size() > 1) << "'\n"
           << "set title '" << to_string(op) << ", " << opts.ranks << " ranks ("
           << (opts.procs ? "processes" : "threads")
