@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown tables for docs/benchmarks.md from caf_collective_perf --csv.
 
-Usage: csv_tables.py FILE.csv [op]
+Usage: csv_tables.py FILE.csv [op]    one op in detail (default allreduce)
+       csv_tables.py FILE.csv --ops   every op, compact
 
 One row per size: time (us) and busbw (GB/s) of each path (out-of-place),
 the fastest Gloo algorithm, the slowest single iteration of direct (to show
@@ -20,8 +21,37 @@ def fmt_size(n):
     return f"{n} B"
 
 
+def all_ops(path):
+    rows = defaultdict(dict)
+    order = []
+    for r in csv.DictReader(open(path)):
+        if not r["oop_mean_us"]:
+            continue
+        key = (r["op"], int(r["size"]))
+        if key not in rows:
+            order.append(key)
+        algbw = float(r["oop_algbw"])
+        t = key[1] / (algbw * 1e3) if algbw > 0 else float(r["oop_median_us"])
+        rows[key][r["path"]] = (t, float(r["oop_busbw"]))
+    print("| op | size | raw-gloo us | direct us | driver us | direct/raw-gloo"
+          " | driver/direct | direct GB/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for op, size in order:
+        v = rows[(op, size)]
+        cell = lambda p: f"{v[p][0]:.1f}" if p in v else "-"
+        ratio = lambda a, b: (f"{v[b][0] / v[a][0]:.2f}"
+                              if a in v and b in v and v[a][0] > 0 else "-")
+        bw = f"{v['direct'][1]:.3f}" if "direct" in v else "-"
+        print(f"| {op} | {fmt_size(size)} | {cell('raw-gloo')} | "
+              f"{cell('direct')} | {cell('driver')} | "
+              f"{ratio('direct', 'raw-gloo')} | {ratio('driver', 'direct')} | "
+              f"{bw} |")
+
+
 def main():
     path = sys.argv[1]
+    if len(sys.argv) > 2 and sys.argv[2] == "--ops":
+        return all_ops(path)
     op = sys.argv[2] if len(sys.argv) > 2 else "allreduce"
     rows = defaultdict(dict)
     median = False
