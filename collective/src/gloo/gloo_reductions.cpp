@@ -18,10 +18,12 @@ namespace caf_collective::detail {
 
 namespace {
 
-// Up to this size the classic ring won our measurements (fewest round
-// trips); above it the options-API algorithms pipeline better. See
-// docs/algorithms.md.
+// Size classes of the automatic choice, from docs/benchmarks.md: the legacy
+// ring wins up to 32 KiB; up to 512 KiB the legacy algorithms still beat
+// the options-API ring (ring for 2 ranks, halving-doubling for more);
+// above that the options-API ring is best or tied and needs no copies.
 constexpr size_t small_allreduce_bytes = 32 * 1024;
+constexpr size_t medium_allreduce_bytes = 512 * 1024;
 
 // Legacy algorithm instances kept per group; the key sequence is the same
 // on every rank, so LRU eviction is too.
@@ -114,11 +116,15 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
   // Legacy algorithms wait with the timeout their pairs were created with
   // (the group's); an op with a shorter deadline takes the options API,
   // which honours per-op timeouts.
-  if (algorithm == allreduce_algorithm::automatic)
-    algorithm =
-      bytes <= small_allreduce_bytes && call.timeout >= context_->getTimeout()
-        ? allreduce_algorithm::ring
-        : allreduce_algorithm::ring_options_api;
+  if (algorithm == allreduce_algorithm::automatic) {
+    bool legacy_ok = call.timeout >= context_->getTimeout();
+    if (!legacy_ok || bytes > medium_allreduce_bytes)
+      algorithm = allreduce_algorithm::ring_options_api;
+    else if (bytes <= small_allreduce_bytes || world_size_ == 2)
+      algorithm = allreduce_algorithm::ring;
+    else
+      algorithm = allreduce_algorithm::halving_doubling;
+  }
   if (is_legacy(algorithm)) {
     auto& cached = legacy_instance(algorithm, carrier, count, op);
     std::memcpy(cached.buffer.get(), data, bytes);
