@@ -1,6 +1,7 @@
 #include "validate.hpp"
 
 #include <numeric>
+#include <string_view>
 
 namespace caf_collective::detail {
 
@@ -45,11 +46,11 @@ caf::error check_rank(const call_site& at, const char* what, int value) {
 
 caf::error check_count(const call_site& at, const char* name,
                        const tensor_view& x, size_t expected,
-                       const std::string& why) {
+                       std::string_view why) {
   if (x.numel() != expected)
     return invalid(at, std::string{name} + " has " + describe(x) +
-                         ", expected " + std::to_string(expected) + " (" + why +
-                         ")");
+                         ", expected " + std::to_string(expected) + " (" +
+                         std::string{why} + ")");
   return {};
 }
 
@@ -75,16 +76,13 @@ size_t sum_of(const std::vector<size_t>& xs) {
   return std::accumulate(xs.begin(), xs.end(), size_t{0});
 }
 
-// Runs checks in order and returns the first failure.
+// Returns the first failure. Every check runs (they are cheap: text is
+// built only when a check fails), which keeps the call sites flat.
 template<class... Errors>
 caf::error first_of(Errors&&... errors) {
   caf::error result;
   ((result = result ? std::move(result) : std::move(errors)), ...);
   return result;
-}
-
-std::string times_world(const call_site& at, const char* base) {
-  return std::string{base} + " x world size " + std::to_string(at.world_size);
 }
 
 } // namespace
@@ -183,7 +181,7 @@ caf::error check_allgather(const call_site& at, const tensor_view& in,
   return first_of(check_buffer(at, "input", in),
                   check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "output", out, in.numel() * at.world_size,
-                              times_world(at, "input elements")));
+                              "input elements x world size"));
 }
 
 caf::error check_allgatherv(const call_site& at, const tensor_view& in,
@@ -193,8 +191,7 @@ caf::error check_allgatherv(const call_site& at, const tensor_view& in,
   return first_of(
     check_buffer(at, "input", in), check_buffer(at, "output", out),
     check_same_type(at, in, out),
-    check_count(at, "input", in, opts.counts[at.rank],
-                "counts[" + std::to_string(at.rank) + "]"),
+    check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
     check_count(at, "output", out, sum_of(opts.counts), "sum of counts"));
 }
 
@@ -208,7 +205,7 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
   if (at.rank != opts.root && out.numel() == 0) return {};
   return first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
                   check_count(at, "output", out, in.numel() * at.world_size,
-                              times_world(at, "input elements")));
+                              "input elements x world size"));
 }
 
 caf::error check_scatter(const call_site& at, const tensor_view& in,
@@ -221,7 +218,7 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
   if (at.rank != opts.root && in.numel() == 0) return {};
   return first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
                   check_count(at, "input", in, out.numel() * at.world_size,
-                              times_world(at, "output elements")));
+                              "output elements x world size"));
 }
 
 caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
@@ -236,8 +233,7 @@ caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
                          ", not divisible by world size " +
                          std::to_string(at.world_size));
   return check_count(at, "output", out, in.numel() / at.world_size,
-                     "input elements / world size " +
-                       std::to_string(at.world_size));
+                     "input elements / world size");
 }
 
 caf::error check_alltoall(const call_site& at, const tensor_view& in,

@@ -189,8 +189,11 @@ void ignore_sigpipe_once() {
 } // namespace
 
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
-  error_context where{cfg.name, op_kind::barrier, -1, cfg.rank, cfg.world_size};
-  where.op = -1;
+  // Formation is no operation: the context names group and rank only.
+  error_context where;
+  where.group = cfg.name;
+  where.rank = cfg.rank;
+  where.world_size = cfg.world_size;
   ignore_sigpipe_once();
   try {
     gloo::transport::tcp::attr attr;
