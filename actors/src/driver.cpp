@@ -2,6 +2,7 @@
 // of driver-orchestrated collectives (architecture.md, 5-6).
 #include "caf_collective/driver.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -44,6 +45,7 @@ struct pending_op {
   op_request req;
   caf::response_promise rp;
   std::vector<start_msg> starts; // per rank, computed by validation
+  std::vector<bool> takes_part;  // send/recv: only the pair
   size_t outstanding = 0;
   std::vector<bool> replied;
   std::vector<caf::error> errors;
@@ -133,12 +135,6 @@ caf::error validate(const group_entry& g, pending_op& op) {
       return bad(errc::invalid_argument,
                  "peer " + std::to_string(p.peer) +
                    " is out of range or equals the source");
-    // Ranks outside the pair would not consume the sequence number, and
-    // sequence numbers are the data plane's tags.
-    if (ws != 2)
-      return bad(errc::unsupported,
-                 "send/recv through the driver needs a group of exactly 2; "
-                 "form a subgroup of the two ranks");
   }
   // Which ranks must name an input.
   std::vector<bool> needs(W, true);
@@ -213,6 +209,8 @@ caf::error validate(const group_entry& g, pending_op& op) {
     s.insert(s.end(), ref.shape.begin(), ref.shape.end());
     return s;
   };
+  op.takes_part.assign(W, !p2p);
+  if (p2p) op.takes_part[p.root] = op.takes_part[p.peer] = true;
   op.starts.assign(W, start_msg{});
   for (size_t r = 0; r < W; ++r) {
     auto& s = op.starts[r];
@@ -373,8 +371,13 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   auto seq = g.next_seq++;
   op.seq = seq;
   auto W = static_cast<size_t>(g.world_size);
-  op.outstanding = W;
   op.replied.assign(W, false);
+  // Ranks outside a send/recv pair get no start: their lanes number
+  // point-to-point ops separately and stay in step without it.
+  for (size_t r = 0; r < W; ++r)
+    if (!op.takes_part[r]) op.replied[r] = true;
+  op.outstanding = static_cast<size_t>(
+    std::count(op.takes_part.begin(), op.takes_part.end(), true));
   op.errors.assign(W, caf::error{});
   op.outs.assign(W, object_ref{});
   auto deadline = milliseconds{
@@ -382,6 +385,7 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   auto name = g.name;
   auto gen = g.gen;
   for (size_t r = 0; r < W; ++r) {
+    if (!op.takes_part[r]) continue;
     auto& s = op.starts[r];
     s.seq = seq;
     if (s.params.timeout_ms <= 0) s.params.timeout_ms = g.timeout_ms;

@@ -154,7 +154,11 @@ class group : public std::enable_shared_from_this<group> {
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mtx_;
   caf::error broken_reason_;
-  uint64_t next_seq_ = 0; // guarded by submit_mtx_
+  // Collective sequence numbers are the data plane's tags, so every rank
+  // must take the same ones: point-to-point ops, which only two ranks see,
+  // count on their own. Both guarded by submit_mtx_.
+  uint64_t next_seq_ = 0;
+  uint64_t next_p2p_seq_ = 0;
   // Operations not known to be finished, oldest first; guarded by
   // submit_mtx_. abort() fails them all at once.
   std::deque<std::weak_ptr<detail::work_state>> pending_;

@@ -158,7 +158,9 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
-    state = std::make_shared<detail::work_state>(next_seq_++);
+    bool p2p = op == op_kind::send || op == op_kind::recv;
+    state =
+      std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
     track_pending(state);
     task = [self = shared_from_this(), state, op,
             body = std::move(body)]() mutable {

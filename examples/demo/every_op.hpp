@@ -43,9 +43,17 @@ inline floats read(object_store& store, const object_ref& ref) {
   return floats(p, p + view->numel());
 }
 
-/// Runs allreduce, broadcast, reduce, allgather, allgatherv, gather,
-/// scatter, reduce_scatter, alltoall, alltoallv and barrier on `group`
-/// (world size `ws`), `n_per_rank` elements per rank (a multiple of ws).
+/// How many ops run_every_op runs on a group of `ws` ranks.
+inline size_t every_op_count(int ws) {
+  return ws >= 2 ? 12 : 11;
+}
+
+/// Runs allreduce, send (groups of 2 or more: the last rank sends to rank 0
+/// while the others stand by), broadcast, reduce, allgather, allgatherv,
+/// gather, scatter, reduce_scatter, alltoall, alltoallv and barrier on
+/// `group` (world size `ws`), `n_per_rank` elements per rank (a multiple of
+/// ws). Every op after the send also shows that the bystanders stayed in
+/// step.
 inline std::vector<op_report>
 run_every_op(caf::scoped_actor& self, const driver_actor& driver,
              object_store& store, const std::string& group, int ws,
@@ -107,6 +115,13 @@ run_every_op(caf::scoped_actor& self, const driver_actor& driver,
   op_params p;
   run("allreduce", op_kind::allreduce, xs, p, [&](size_t) { return sum; });
   p.root = ws - 1;
+  if (ws >= 2) {
+    op_params ps;
+    ps.root = ws - 1;
+    ps.peer = 0;
+    run("send", op_kind::send, xs, ps,
+        [&](size_t r) { return r == 0 ? xs[W - 1] : floats{}; });
+  }
   run("broadcast", op_kind::broadcast, xs, p,
       [&](size_t) { return xs[W - 1]; });
   p.root = 0;

@@ -66,8 +66,8 @@ struct fixture {
   }
 };
 
-void check_all_ok(const std::vector<col::demo::op_report>& reports) {
-  CHECK(reports.size() == 11);
+void check_all_ok(const std::vector<col::demo::op_report>& reports, int ws) {
+  CHECK(reports.size() == col::demo::every_op_count(ws));
   for (auto& r : reports) {
     INFO(r.op << ": " << r.error);
     CHECK(r.ok);
@@ -98,8 +98,9 @@ TEST_CASE("every op through the driver matches the reference for groups of "
     auto name = "g" + std::to_string(ws);
     f.group(name, ws);
     REQUIRE(!col::await_group(self, f.driver, name, 15s));
-    check_all_ok(col::demo::run_every_op(self, f.driver, *f.store, name, ws,
-                                         12 * ws, 10s));
+    check_all_ok(
+      col::demo::run_every_op(self, f.driver, *f.store, name, ws, 12 * ws, 10s),
+      ws);
   }
   CHECK(f.store->objects() == 0);
 }
@@ -123,8 +124,8 @@ TEST_CASE("two groups over the same actors run concurrently") {
   }};
   ta.join();
   tb.join();
-  check_all_ok(ra);
-  check_all_ok(rb);
+  check_all_ok(ra, 3);
+  check_all_ok(rb, 3);
 }
 
 TEST_CASE("a subgroup declared over existing members runs beside the full "
@@ -137,9 +138,9 @@ TEST_CASE("a subgroup declared over existing members runs beside the full "
   REQUIRE(
     !col::declare_group(self, f.driver, "sub", {xs[2], xs[0]}, "gloo", 10s));
   check_all_ok(
-    col::demo::run_every_op(self, f.driver, *f.store, "sub", 2, 8, 10s));
+    col::demo::run_every_op(self, f.driver, *f.store, "sub", 2, 8, 10s), 2);
   check_all_ok(
-    col::demo::run_every_op(self, f.driver, *f.store, "full", 3, 9, 10s));
+    col::demo::run_every_op(self, f.driver, *f.store, "full", 3, 9, 10s), 3);
 }
 
 TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "

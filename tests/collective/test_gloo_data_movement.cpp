@@ -428,3 +428,42 @@ TEST_CASE("consecutive sends between two ranks arrive in order") {
     }
   });
 }
+
+// Ranks outside a send/recv pair must not fall out of step with the pair:
+// a collective after a point-to-point exchange between two of three ranks
+// runs (it timed out when sends and recvs consumed a collective sequence
+// number that the bystander never took).
+TEST_CASE("a collective after a send between two of three ranks") {
+  auto name = std::string{"p2p-bystander"};
+  test::run_group(
+    3, name,
+    [&](int rank, rank_log& log) {
+      auto t = col::dtype::int64;
+      col::allreduce_options ao;
+      ao.timeout = std::chrono::milliseconds{5000};
+      for (int round = 0; round < 3; ++round) {
+        if (rank == 0) {
+          col::send(pattern(t, 0, 0, 64, round), 1, name);
+        } else if (rank == 1) {
+          auto x = test::make_tensor(t, 64);
+          col::recv(x, 0, name);
+          log.expect_equal("round " + std::to_string(round), x,
+                           pattern(t, 0, 0, 64, round));
+        }
+        auto sum = pattern(t, rank, 0, 8, round);
+        col::allreduce(sum, name, ao);
+        auto expected = test::make_tensor(t, 8);
+        auto* e = static_cast<int64_t*>(expected.data());
+        for (int r = 0; r < 3; ++r) {
+          auto part = pattern(t, r, 0, 8, round);
+          auto* p = static_cast<const int64_t*>(part.data());
+          for (size_t i = 0; i < 8; ++i)
+            e[i] = (r == 0 ? 0 : e[i]) + p[i];
+        }
+        log.expect_equal("allreduce after p2p, round " + std::to_string(round),
+                         sum, expected);
+        ++log.checks;
+      }
+    },
+    std::chrono::seconds{30});
+}

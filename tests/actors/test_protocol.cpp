@@ -1,0 +1,703 @@
+// The driver protocol message by message on CAF's deterministic scheduler
+// (caf::scheduler::test_coordinator). Every actor runs on the test's thread
+// one message at a time and time only moves when the test advances the
+// clock, so each step of registration, formation, dispatch and failure is
+// observable and the outcome never depends on timing.
+//
+// The members are scripted actors: they speak the member side of the
+// protocol, log every message the driver sends them and answer starts only
+// when the test says so. That lets the test hold an op half-finished, kill a
+// member at an exact point, or let a deadline pass. (caf/test/dsl.hpp needs
+// CAF's own test runner, so the coordinator is driven directly.)
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/messages.hpp>
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+// What one scripted member saw and what the test wants it to answer. Only
+// touched on the test's thread: the test coordinator runs actors there.
+struct script {
+  caf::actor_addr self;
+  std::vector<std::string> log; // one line per message, in arrival order
+  uint64_t gen = 0;             // from the last init
+  // Starts by (group, seq), and the promises of those not answered yet.
+  std::map<std::pair<std::string, uint64_t>, col::start_msg> started;
+  std::map<std::pair<std::string, uint64_t>, caf::response_promise> unfinished;
+  std::map<uint64_t, caf::error> check_errors; // by object id
+
+  col::start_msg& start(uint64_t seq, const std::string& group = "g") {
+    return started.at({group, seq});
+  }
+};
+
+using script_ptr = std::shared_ptr<script>;
+
+/// test -> scripted member: (finish, group, seq, out ref) answers that start.
+/// Promises are delivered by their own actor: outside of it the test
+/// coordinator has no execution unit to enqueue from.
+using finish_atom = caf::atom_constant<caf::atom("t_finish")>;
+
+caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
+                              caf::actor driver, col::membership m) {
+  self->send(driver, col::reg_atom::value, m, col::node_name(self->system()));
+  return {
+    [=](col::init_atom, const std::string& group, uint64_t gen,
+        const caf::actor& store, const std::string& prefix, int64_t) {
+      sc->gen = gen;
+      sc->log.push_back("init " + group + " prefix " + prefix +
+                        (store ? " store" : " no store"));
+    },
+    [=](col::check_atom, const std::string& group, uint64_t,
+        const col::object_ref& ref) -> caf::result<caf::ok_atom> {
+      sc->log.push_back("check " + group + " object " + std::to_string(ref.id));
+      auto i = sc->check_errors.find(ref.id);
+      if (i != sc->check_errors.end()) return i->second;
+      return caf::ok_atom::value;
+    },
+    [=](col::start_atom, col::start_msg& msg) -> caf::result<col::object_ref> {
+      sc->log.push_back("start " + msg.group + " seq " +
+                        std::to_string(msg.seq) + " " +
+                        std::string{col::to_string(msg.op)});
+      auto key = std::make_pair(msg.group, msg.seq);
+      sc->unfinished[key] = self->make_response_promise();
+      sc->started[key] = std::move(msg);
+      return caf::delegated<col::object_ref>{};
+    },
+    [=](col::abort_atom, const std::string& group, uint64_t,
+        const caf::error& why) {
+      sc->log.push_back("abort " + group + ": " + col::render(why));
+    },
+    [=](col::leave_atom, const std::string& group) {
+      sc->log.push_back("leave " + group);
+    },
+    [=](finish_atom, const std::string& group, uint64_t seq,
+        col::object_ref& out) {
+      auto key = std::make_pair(group, seq);
+      auto i = sc->unfinished.find(key);
+      if (i == sc->unfinished.end()) return;
+      auto& msg = sc->started.at(key);
+      i->second.deliver(msg.has_out ? std::move(out) : msg.in);
+      sc->unfinished.erase(i);
+    },
+    [=](col::join_atom, col::membership& joined) {
+      sc->log.push_back("join " + joined.group);
+      self->send(driver, col::reg_atom::value, std::move(joined),
+                 col::node_name(self->system()));
+    },
+  };
+}
+
+// The single answer a client got, if any.
+struct outcome {
+  int answers = 0;
+  caf::error err;
+  col::op_result result;
+  col::group_status status;
+};
+
+using outcome_ptr = std::shared_ptr<outcome>;
+
+caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
+  col::add_message_types(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  return cfg;
+}
+
+constexpr int64_t group_timeout_ms = 1000;
+constexpr auto grace = 200ms;
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{prepare(cfg)};
+  caf::scheduler::test_coordinator& sched =
+    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  col::driver_actor driver;
+  std::vector<caf::actor> spawned;
+  std::string node = col::node_name(sys);
+
+  fixture() {
+    col::driver_config dc;
+    dc.grace = grace;
+    driver = col::spawn_driver(sys, dc);
+    run();
+  }
+
+  ~fixture() {
+    for (auto& a : spawned)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+    run();
+  }
+
+  // Runs every actor until no message is left; moves no time.
+  size_t run() {
+    size_t steps = 0;
+    while (sched.try_run_once())
+      ++steps;
+    return steps;
+  }
+
+  // Moves the clock by `dt`, delivering what fell due, then runs.
+  void advance(caf::timespan dt) {
+    sched.advance_time(dt);
+    run();
+  }
+
+  // The next actor the scheduler would run and the first message in its
+  // mailbox, rendered; empty when nothing is queued.
+  std::pair<caf::abstract_actor*, std::string> peek_next() {
+    if (!sched.has_job()) return {nullptr, ""};
+    auto& job = sched.next_job<caf::scheduled_actor>();
+    auto* head = job.mailbox().peek();
+    return {&job, head ? caf::to_string(head->content()) : ""};
+  }
+
+  // Asserts that the next step delivers a message to `who` whose rendering
+  // contains `what`, then runs exactly that step.
+  void step_expect(const caf::actor& who, const std::string& what) {
+    auto [job, text] = peek_next();
+    CHECK(job == caf::actor_cast<caf::abstract_actor*>(who));
+    INFO("next message: " << text);
+    CHECK(text.find(what) != std::string::npos);
+    sched.run_once();
+  }
+
+  caf::actor member(const script_ptr& sc, col::membership m) {
+    auto a = sys.spawn(scripted_member, sc, driver, std::move(m));
+    sc->self = a.address();
+    spawned.push_back(a);
+    return a;
+  }
+
+  static col::membership ms(int rank, int ws, std::string name = "g") {
+    return {std::move(name), rank, ws, "gloo", group_timeout_ms, 0};
+  }
+
+  // A client actor that asks the driver once and records the answer.
+  template<class Result, class... Ts>
+  outcome_ptr ask(Ts... xs) {
+    auto out = std::make_shared<outcome>();
+    auto client = sys.spawn([=, this](caf::event_based_actor* self) {
+      self->request(driver, caf::infinite, xs...)
+        .then(
+          [=](Result& x) {
+            ++out->answers;
+            if constexpr (std::is_same_v<Result, col::op_result>)
+              out->result = std::move(x);
+            else if constexpr (std::is_same_v<Result, col::group_status>)
+              out->status = std::move(x);
+          },
+          [=](caf::error& err) {
+            ++out->answers;
+            out->err = std::move(err);
+          });
+    });
+    spawned.push_back(client);
+    return out;
+  }
+
+  outcome_ptr ask_op(col::op_request req) {
+    return ask<col::op_result>(std::move(req));
+  }
+
+  outcome_ptr wait_for(const std::string& group) {
+    return ask<caf::ok_atom>(col::wait_atom::value, group);
+  }
+
+  col::group_status status(const std::string& group) {
+    auto out = ask<col::group_status>(col::status_atom::value, group);
+    run();
+    REQUIRE(out->answers == 1);
+    return out->status;
+  }
+
+  // Registers `n` scripted members of group `name` and lets every one
+  // report ready.
+  std::vector<script_ptr> formed_group(int n, std::vector<caf::actor>& actors,
+                                       const std::string& name = "g") {
+    std::vector<script_ptr> scripts;
+    for (int r = 0; r < n; ++r) {
+      scripts.push_back(std::make_shared<script>());
+      actors.push_back(member(scripts.back(), ms(r, n, name)));
+    }
+    run();
+    for (int r = 0; r < n; ++r)
+      ready(actors[r], *scripts[r], name, r);
+    run();
+    return scripts;
+  }
+
+  void ready(const caf::actor& who, const script& sc, const std::string& name,
+             int rank, caf::error err = {}) {
+    caf::send_as(who, driver, col::ready_atom::value, name, sc.gen,
+                 int32_t{rank}, std::move(err));
+  }
+
+  col::object_ref ref(uint64_t id, col::shape_type shape = {4},
+                      col::dtype type = col::dtype::float32) {
+    return {node, id, type, std::move(shape), col::device::cpu()};
+  }
+
+  // Lets a scripted member complete op `seq` of `group` (at the next run):
+  // in-place ops answer with their input, others with `out`.
+  static void finish(script& sc, uint64_t seq, const std::string& group = "g",
+                     col::object_ref out = {}) {
+    REQUIRE(sc.unfinished.count({group, seq}) == 1);
+    caf::anon_send(caf::actor_cast<caf::actor>(sc.self), finish_atom::value,
+                   group, seq, std::move(out));
+  }
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+bool has_line(const script& sc, const std::string& needle) {
+  for (auto& line : sc.log)
+    if (contains(line, needle)) return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("registration: init goes to every rank only once all registered; "
+          "waiters are answered once all reported ready") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto waiter = f.wait_for("g");
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.run();
+  CHECK(s0->log.empty());
+  CHECK(f.status("g").state == "forming");
+  auto m1 = f.member(s1, fixture::ms(1, 2));
+  // m1 starts and sends its registration; the driver takes it and sends
+  // init to rank 0, then rank 1.
+  f.step_expect(m1, "");
+  f.step_expect(f.driver, "col_reg");
+  f.step_expect(m0, "col_init");
+  f.step_expect(m1, "col_init");
+  CHECK(s0->gen != 0);
+  CHECK(s0->gen == s1->gen);
+  REQUIRE(s0->log.size() == 1);
+  CHECK(s0->log[0] == "init g prefix g/" + std::to_string(s0->gen) + " store");
+  CHECK(s1->log == s0->log);
+  // Ready from rank 0 alone answers nobody.
+  f.ready(m0, *s0, "g", 0);
+  f.run();
+  CHECK(waiter->answers == 0);
+  f.ready(m1, *s1, "g", 1);
+  f.step_expect(f.driver, "col_ready");
+  f.run();
+  CHECK(waiter->answers == 1);
+  CHECK(!waiter->err);
+  auto st = f.status("g");
+  CHECK(st.state == "ready");
+  CHECK(st.world_size == 2);
+  CHECK(st.next_seq == 0);
+}
+
+TEST_CASE("registration: a conflicting world size or a taken rank is "
+          "refused with mismatch; the group still forms") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto intruder = std::make_shared<script>();
+  auto other = std::make_shared<script>();
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.run();
+  f.member(intruder, fixture::ms(0, 2)); // rank 0 is taken
+  f.member(other, fixture::ms(1, 3));    // world size differs
+  f.run();
+  REQUIRE(intruder->log.size() == 1);
+  CHECK(contains(intruder->log[0], "abort g: collective.mismatch"));
+  CHECK(contains(intruder->log[0], "rank 0"));
+  REQUIRE(other->log.size() == 1);
+  CHECK(contains(other->log[0], "abort g: collective.mismatch"));
+  CHECK(contains(other->log[0], "world size 3"));
+  CHECK(s0->log.empty()); // nothing reached the rightful rank 0
+  auto m1 = f.member(s1, fixture::ms(1, 2));
+  f.run();
+  CHECK(has_line(*s0, "init g"));
+  CHECK(has_line(*s1, "init g"));
+  f.ready(m0, *s0, "g", 0);
+  f.ready(m1, *s1, "g", 1);
+  f.run();
+  CHECK(f.status("g").state == "ready");
+}
+
+TEST_CASE("gang timeout: nothing happens before the deadline; then the "
+          "formation fails for every waiter and member, naming the ranks "
+          "that never registered") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto waiter = f.wait_for("g");
+  f.member(s0, fixture::ms(0, 3));
+  f.run();
+  // Just short of the group timeout plus the driver's grace: still forming.
+  f.advance(std::chrono::milliseconds{group_timeout_ms} + grace - 1ms);
+  CHECK(waiter->answers == 0);
+  CHECK(s0->log.empty());
+  f.advance(1ms);
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::timeout);
+  auto text = col::render(waiter->err);
+  CHECK(contains(text, "group 'g'"));
+  CHECK(contains(text, "ranks [1, 2] never registered"));
+  REQUIRE(s0->log.size() == 1);
+  CHECK(contains(s0->log[0], "abort g: collective.timeout"));
+  CHECK(f.status("g").state == "failed");
+  // Later requests get the same error at once.
+  auto late = f.wait_for("g");
+  f.run();
+  CHECK(col::code_of(late->err) == col::errc::timeout);
+}
+
+TEST_CASE("gang timeout: registered ranks that never report ready are "
+          "named") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto waiter = f.wait_for("g");
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.member(s1, fixture::ms(1, 2));
+  f.run();
+  f.ready(m0, *s0, "g", 0);
+  f.run();
+  f.advance(std::chrono::milliseconds{group_timeout_ms} + grace);
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::timeout);
+  CHECK(contains(col::render(waiter->err), "ranks [1] did not report ready"));
+  CHECK(has_line(*s0, "abort g"));
+  CHECK(has_line(*s1, "abort g"));
+}
+
+TEST_CASE("gang formation: a rank that dies before the group is formed "
+          "fails it with peer_lost naming the rank") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto waiter = f.wait_for("g");
+  f.member(s0, fixture::ms(0, 3));
+  auto m1 = f.member(s1, fixture::ms(1, 3));
+  f.run();
+  caf::anon_send_exit(m1, caf::exit_reason::kill);
+  f.run();
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::peer_lost);
+  auto text = col::render(waiter->err);
+  CHECK(contains(text, "rank 1 died"));
+  CHECK(contains(text, "before the group was formed"));
+  CHECK(has_line(*s0, "abort g: collective.peer_lost"));
+  CHECK(f.status("g").state == "failed");
+}
+
+TEST_CASE("gang formation: a rank that cannot build its communicator fails "
+          "the group for everyone, naming it") {
+  fixture f;
+  std::vector<script_ptr> scripts;
+  std::vector<caf::actor> actors;
+  for (int r = 0; r < 2; ++r) {
+    scripts.push_back(std::make_shared<script>());
+    actors.push_back(f.member(scripts.back(), fixture::ms(r, 2)));
+  }
+  auto waiter = f.wait_for("g");
+  f.run();
+  f.ready(actors[1], *scripts[1], "g", 1,
+          col::make_error(col::errc::backend_error, "no route to rank 0"));
+  f.run();
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::backend_error);
+  auto text = col::render(waiter->err);
+  CHECK(contains(text, "rank 1 could not form the group"));
+  CHECK(contains(text, "no route to rank 0"));
+  CHECK(has_line(*scripts[0], "abort g"));
+}
+
+TEST_CASE("dispatch: ops are checked, numbered and started in request order; "
+          "each client gets one answer with its own sequence number") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  col::op_request first{"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}};
+  col::op_request second{
+    "g", col::op_kind::allgather, {f.ref(3), f.ref(4)}, {}};
+  auto a = f.ask_op(first);
+  auto b = f.ask_op(second);
+  f.run();
+  // Each member was asked about its ref of the first op, told to start it,
+  // then the same for the second op: never a start before its checks, and
+  // the second op waits until the first one was started everywhere.
+  CHECK(scripts[0]->log ==
+        std::vector<std::string>{
+          "init g prefix g/" + std::to_string(scripts[0]->gen) + " store",
+          "check g object 1", "start g seq 0 allreduce", "check g object 3",
+          "start g seq 1 allgather"});
+  CHECK(scripts[1]->log[1] == "check g object 2");
+  CHECK(scripts[1]->log[2] == "start g seq 0 allreduce");
+  CHECK(scripts[1]->log[4] == "start g seq 1 allgather");
+  // What each rank was told to run: its own ref, and for the out-of-place
+  // allgather an output of world size x input shape.
+  CHECK(scripts[1]->start(0).in.id == 2);
+  CHECK(!scripts[1]->start(0).has_out);
+  CHECK(scripts[1]->start(1).has_out);
+  CHECK(scripts[1]->start(1).out_shape == col::shape_type{2, 4});
+  // No answer until every rank finished; answers follow completion.
+  fixture::finish(*scripts[0], 1, "g", f.ref(30, {2, 4}));
+  fixture::finish(*scripts[1], 1, "g", f.ref(40, {2, 4}));
+  f.run();
+  CHECK(b->answers == 1);
+  CHECK(!b->err);
+  CHECK(b->result.seq == 1);
+  REQUIRE(b->result.refs.size() == 2);
+  CHECK(b->result.refs[0].id == 30); // out-of-place: the members' new refs
+  CHECK(b->result.refs[1].id == 40);
+  CHECK(a->answers == 0);
+  fixture::finish(*scripts[0], 0);
+  f.run();
+  CHECK(a->answers == 0);
+  fixture::finish(*scripts[1], 0);
+  f.run();
+  REQUIRE(a->answers == 1);
+  CHECK(!a->err);
+  CHECK(a->result.seq == 0);
+  // In-place ops answer with the input refs.
+  REQUIRE(a->result.refs.size() == 2);
+  CHECK(a->result.refs[1].id == 2);
+  CHECK(f.status("g").next_seq == 2);
+}
+
+TEST_CASE("dispatch: groups over the same members are numbered "
+          "independently") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors, "a");
+  // The same two actors also join group "b" (declared over them).
+  auto declared =
+    f.ask<caf::ok_atom>(col::declare_atom::value, std::string{"b"}, actors,
+                        std::string{"gloo"}, int64_t{1000});
+  f.run();
+  CHECK(has_line(*scripts[0], "join b"));
+  for (int r = 0; r < 2; ++r)
+    f.ready(actors[r], *scripts[r], "b", r);
+  f.run();
+  REQUIRE(declared->answers == 1);
+  CHECK(!declared->err);
+  auto on_a = f.ask_op({"a", col::op_kind::barrier, {}, {}});
+  auto on_b = f.ask_op({"b", col::op_kind::barrier, {}, {}});
+  f.run();
+  for (auto& sc : scripts) {
+    CHECK(has_line(*sc, "start a seq 0 barrier"));
+    CHECK(has_line(*sc, "start b seq 0 barrier"));
+  }
+  // Finishing b first answers b without waiting for a.
+  for (auto& sc : scripts)
+    fixture::finish(*sc, 0, "b");
+  f.run();
+  REQUIRE(on_b->answers == 1);
+  CHECK(!on_b->err);
+  CHECK(on_b->result.group == "b");
+  CHECK(on_a->answers == 0);
+  for (auto& sc : scripts)
+    fixture::finish(*sc, 0, "a");
+  f.run();
+  REQUIRE(on_a->answers == 1);
+  CHECK(!on_a->err);
+  CHECK(f.status("a").next_seq == 1);
+  CHECK(f.status("b").next_seq == 1);
+}
+
+TEST_CASE("dispatch: send/recv starts only the pair; the bystander takes no "
+          "part and the next op still runs on every rank") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  col::op_params p;
+  p.root = 2;
+  p.peer = 0;
+  auto sent = f.ask_op({"g", col::op_kind::send, {{}, {}, f.ref(7)}, p});
+  f.run();
+  CHECK(has_line(*scripts[2], "start g seq 0 send"));
+  CHECK(has_line(*scripts[0], "start g seq 0 send"));
+  CHECK(!has_line(*scripts[1], "start"));
+  CHECK(scripts[0]->start(0).has_out);
+  CHECK(scripts[0]->start(0).out_shape == col::shape_type{4});
+  CHECK(!scripts[2]->start(0).has_out);
+  fixture::finish(*scripts[0], 0, "g", f.ref(70));
+  fixture::finish(*scripts[2], 0);
+  f.run();
+  REQUIRE(sent->answers == 1);
+  CHECK(!sent->err);
+  REQUIRE(sent->result.refs.size() == 3);
+  CHECK(sent->result.refs[0].id == 70);
+  CHECK(!sent->result.refs[1].valid());
+  auto barrier = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  for (auto& sc : scripts)
+    CHECK(has_line(*sc, "start g seq 1 barrier"));
+}
+
+TEST_CASE("mismatch refused: a dtype or shape disagreement never reaches a "
+          "member and takes no sequence number") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto before = scripts[0]->log.size();
+  auto dtypes =
+    f.ask_op({"g",
+              col::op_kind::allreduce,
+              {f.ref(1), f.ref(2, {4}, col::dtype::int32), f.ref(3)},
+              {}});
+  auto shapes = f.ask_op(
+    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3, {5})}, {}});
+  col::op_params bad_root;
+  bad_root.root = 3;
+  auto root = f.ask_op(
+    {"g", col::op_kind::broadcast, {f.ref(1), f.ref(2), f.ref(3)}, bad_root});
+  f.run();
+  REQUIRE(dtypes->answers == 1);
+  CHECK(col::code_of(dtypes->err) == col::errc::mismatch);
+  CHECK(contains(col::render(dtypes->err), "ranks [1] disagree with rank 0"));
+  CHECK(contains(col::render(dtypes->err), "int32[4]"));
+  REQUIRE(shapes->answers == 1);
+  CHECK(col::code_of(shapes->err) == col::errc::mismatch);
+  CHECK(contains(col::render(shapes->err), "2 has float32[5]"));
+  REQUIRE(root->answers == 1);
+  CHECK(col::code_of(root->err) == col::errc::invalid_argument);
+  CHECK(contains(col::render(root->err), "root 3 is out of range [0, 3)"));
+  for (auto& sc : scripts)
+    CHECK(sc->log.size() == before); // no check, no start
+  auto st = f.status("g");
+  CHECK(st.state == "ready");
+  CHECK(st.next_seq == 0);
+}
+
+TEST_CASE("mismatch refused: a ref a member does not hold fails the op at the "
+          "check, before any start; the group stays usable") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  scripts[1]->check_errors[2] =
+    col::make_error(col::errc::unknown_object, "no object 2 in the store");
+  auto refused =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}});
+  f.run();
+  REQUIRE(refused->answers == 1);
+  CHECK(col::code_of(refused->err) == col::errc::unknown_object);
+  auto text = col::render(refused->err);
+  CHECK(contains(text, "refused before any data moved: ranks [1]"));
+  CHECK(contains(text, "no object 2 in the store"));
+  for (auto& sc : scripts)
+    CHECK(!has_line(*sc, "start"));
+  auto next =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(3)}, {}});
+  f.run();
+  CHECK(has_line(*scripts[0], "start g seq 0 allreduce"));
+  fixture::finish(*scripts[0], 0);
+  fixture::finish(*scripts[1], 0);
+  f.run();
+  REQUIRE(next->answers == 1);
+  CHECK(!next->err);
+}
+
+TEST_CASE("a member dying mid-op: the client and the survivors get peer_lost "
+          "naming it; queued and later ops fail; destroy lets the name be "
+          "used again") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto running = f.ask_op(
+    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
+  f.run();
+  REQUIRE(scripts[2]->unfinished.count({"g", 0}) == 1);
+  auto queued = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  // Rank 0 finished, rank 1 dies, rank 2 still runs.
+  fixture::finish(*scripts[0], 0);
+  f.run();
+  caf::anon_send_exit(actors[1], caf::exit_reason::kill);
+  f.step_expect(actors[1], "");        // the exit message
+  f.step_expect(f.driver, "down_msg"); // the driver's monitor fires
+  f.run();
+  REQUIRE(running->answers == 1);
+  CHECK(col::code_of(running->err) == col::errc::peer_lost);
+  CHECK(contains(col::render(running->err), "rank 1 died"));
+  CHECK(contains(col::render(running->err), "group 'g'"));
+  REQUIRE(queued->answers == 1);
+  CHECK(col::code_of(queued->err) == col::errc::peer_lost);
+  CHECK(has_line(*scripts[0], "abort g: collective.peer_lost"));
+  CHECK(has_line(*scripts[2], "abort g: collective.peer_lost"));
+  // A survivor's late completion changes nothing.
+  fixture::finish(*scripts[2], 0);
+  f.run();
+  CHECK(running->answers == 1);
+  auto st = f.status("g");
+  CHECK(st.state == "broken");
+  CHECK(col::code_of(st.reason) == col::errc::peer_lost);
+  auto later = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  CHECK(col::code_of(later->err) == col::errc::peer_lost);
+  // Destroy: survivors leave; the name forms again from new members.
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"g"});
+  f.run();
+  CHECK(destroyed->answers == 1);
+  CHECK(has_line(*scripts[0], "leave g"));
+  CHECK(f.status("g").state == "unknown");
+  std::vector<caf::actor> fresh;
+  f.formed_group(2, fresh);
+  CHECK(f.status("g").state == "ready");
+  // The driver itself stayed up and answers.
+  CHECK(f.status("other").state == "unknown");
+}
+
+TEST_CASE("an op past its deadline fails with timeout naming the ranks that "
+          "had not finished, and breaks the group") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  col::op_params p;
+  p.timeout_ms = 500;
+  auto slow =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, p});
+  f.run();
+  CHECK(scripts[0]->start(0).params.timeout_ms == 500);
+  fixture::finish(*scripts[1], 0);
+  f.run();
+  f.advance(500ms + grace - 1ms);
+  CHECK(slow->answers == 0);
+  f.advance(1ms);
+  REQUIRE(slow->answers == 1);
+  CHECK(col::code_of(slow->err) == col::errc::timeout);
+  auto text = col::render(slow->err);
+  CHECK(contains(text, "ranks [0, 2] had not finished"));
+  CHECK(contains(text, "allreduce"));
+  for (auto& sc : scripts)
+    CHECK(has_line(*sc, "abort g: collective.timeout"));
+  CHECK(f.status("g").state == "broken");
+}
+
+TEST_CASE("requests for unknown groups are refused at once") {
+  fixture f;
+  auto op = f.ask_op({"nowhere", col::op_kind::barrier, {}, {}});
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::unknown_group);
+  CHECK(contains(col::render(op->err), "nowhere"));
+}
