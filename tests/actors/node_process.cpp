@@ -1,0 +1,107 @@
+// One node of the multi-node test: a separate process with its own actor
+// system and object store, joined to the test's driver through CAF's
+// middleman. Usage:
+//   node_process <port> <group> <world size> <first rank> <count>
+//                <timeout ms> <start delay ms>
+// Spawns members with ranks [first, first + count) of <group>; lives until
+// the test's directory actor goes away.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <caf_collective/error.hpp>
+#include <caf_collective/member.hpp>
+#include <caf_collective/tensor.hpp>
+
+#include "node_protocol.hpp"
+
+namespace col = caf_collective;
+
+namespace {
+
+// A worker that makes and reads tensors in its own node's store.
+caf::behavior node_worker(caf::event_based_actor* self) {
+  auto store = col::local_store(self->system());
+  return {
+    [store](node_test::make_atom, int32_t n,
+            float base) -> caf::result<col::object_ref> {
+      auto t =
+        col::tensor::empty(col::dtype::float32, {static_cast<int64_t>(n)});
+      if (!t) return std::move(t.error());
+      auto* p = static_cast<float*>(t->data());
+      for (int32_t i = 0; i < n; ++i)
+        p[i] = base + static_cast<float>(i);
+      auto ref = store->put(std::move(*t));
+      if (!ref) return std::move(ref.error());
+      return std::move(*ref);
+    },
+    [store](node_test::read_atom,
+            const col::object_ref& ref) -> caf::result<std::vector<float>> {
+      auto view = store->get(ref);
+      if (!view) return std::move(view.error());
+      auto* p = view->data_as<float>();
+      return std::vector<float>(p, p + view->numel());
+    },
+  };
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr,
+                 "usage: %s port group world first count timeout_ms "
+                 "delay_ms\n",
+                 argv[0]);
+    return 2;
+  }
+  auto port = static_cast<uint16_t>(std::atoi(argv[1]));
+  std::string group = argv[2];
+  auto world = static_cast<int32_t>(std::atoi(argv[3]));
+  auto first = static_cast<int32_t>(std::atoi(argv[4]));
+  auto count = static_cast<int32_t>(std::atoi(argv[5]));
+  int64_t timeout_ms = std::atoll(argv[6]);
+  int64_t delay_ms = std::atoll(argv[7]);
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("scheduler.max-threads", 2);
+  col::add_message_types(cfg);
+  node_test::add_types(cfg);
+  node_test::enable_heartbeats(cfg);
+  caf::actor_system sys{cfg};
+  auto dir = sys.middleman().remote_actor("127.0.0.1", port);
+  if (!dir) {
+    std::fprintf(stderr, "node: cannot reach the directory: %s\n",
+                 sys.render(dir.error()).c_str());
+    return 3;
+  }
+  std::vector<caf::actor> members;
+  {
+    caf::scoped_actor self{sys};
+    caf::actor driver;
+    self->request(*dir, std::chrono::seconds{10}, caf::get_atom::value)
+      .receive([&](caf::actor& d) { driver = std::move(d); },
+               [&](caf::error& err) {
+                 std::fprintf(stderr, "node: no driver: %s\n",
+                              sys.render(err).c_str());
+               });
+    if (!driver) return 4;
+    for (int32_t rank = first; rank < first + count; ++rank) {
+      col::membership m{group, rank, world, "gloo", timeout_ms, delay_ms};
+      members.push_back(
+        col::spawn_member(sys, driver, {std::move(m)}, node_worker));
+      self->send(*dir, caf::put_atom::value, rank, members.back());
+    }
+    // The test owns this process's lifetime: when its directory goes away
+    // (or after a generous limit, should the test itself be killed), stop.
+    self->monitor(*dir);
+    self->receive([](caf::down_msg&) {},
+                  caf::after(std::chrono::minutes{5}) >> [] {});
+  }
+  for (auto& m : members)
+    caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+  return 0;
+}

@@ -1,0 +1,47 @@
+// What the multi-node test (test_nodes.cpp) and its node processes
+// (node_process.cpp) say to each other besides the driver protocol.
+//
+// The test process hosts the driver and a published directory actor. Each
+// node process connects to the directory through the middleman, asks it
+// for the driver, spawns its members (membership at spawn, registering with
+// the remote driver) and tells the directory which rank each member has.
+// Members own their node's tensors: the test asks them to make and read
+// tensors in their own node's object store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/timespan.hpp>
+
+namespace node_test {
+
+/// client -> member: (make, n, base) -> object_ref of n floats base + i,
+/// put into the member's own node store.
+using make_atom = caf::atom_constant<caf::atom("t_make")>;
+/// client -> member: (read, object_ref) -> std::vector<float>.
+using read_atom = caf::atom_constant<caf::atom("t_read")>;
+
+// Directory protocol (caf::get_atom / caf::put_atom):
+// - (get) -> the driver
+// - (put, int32 rank, actor member): a node announces a member
+// - (get, int32 rank) -> the member, or an error while it is unknown
+
+inline void add_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<std::vector<float>>("std::vector<float>");
+}
+
+/// Heartbeats turn a frozen node (or a silent network) into a down message.
+/// Every node must use them: a node that expects heartbeats drops a peer
+/// that sends none. The timeout is generous for loaded test machines.
+inline void enable_heartbeats(caf::actor_system_config& cfg) {
+  cfg.set("middleman.heartbeat-interval",
+          caf::timespan{std::chrono::milliseconds{200}});
+  cfg.set("middleman.connection-timeout",
+          caf::timespan{std::chrono::milliseconds{2500}});
+}
+
+} // namespace node_test

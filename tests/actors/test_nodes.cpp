@@ -1,0 +1,340 @@
+// Members on other nodes: separate processes with their own actor systems
+// and object stores, joined to this process's driver through CAF's
+// middleman, moving tensors over real Gloo TCP between the processes. A node
+// that dies mid-op turns into peer_lost for the client and the survivors.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <caf_collective/client.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+
+#include "node_protocol.hpp"
+
+extern char** environ;
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct directory_state {
+  caf::actor driver;
+  std::map<int32_t, caf::actor> members;
+};
+
+// Hands the driver to nodes and collects the members they spawned.
+caf::behavior directory(caf::stateful_actor<directory_state>* self,
+                        caf::actor driver) {
+  self->state.driver = std::move(driver);
+  return {
+    [=](caf::get_atom) { return self->state.driver; },
+    [=](caf::put_atom, int32_t rank, caf::actor& member) {
+      self->state.members[rank] = std::move(member);
+    },
+    [=](caf::get_atom, int32_t rank) -> caf::result<caf::actor> {
+      auto i = self->state.members.find(rank);
+      if (i == self->state.members.end())
+        return caf::make_error(caf::sec::runtime_error,
+                               "rank not announced yet");
+      return i->second;
+    },
+  };
+}
+
+caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
+  cfg.load<caf::io::middleman>();
+  col::add_message_types(cfg);
+  node_test::add_types(cfg);
+  node_test::enable_heartbeats(cfg);
+  return cfg;
+}
+
+struct node_spec {
+  int32_t first = 0;
+  int32_t count = 1;
+  int64_t delay_ms = 0;
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{prepare(cfg)};
+  caf::scoped_actor self{sys};
+  col::driver_actor driver = col::spawn_driver(sys);
+  caf::actor dir = sys.spawn(directory, driver);
+  uint16_t port = 0;
+  std::vector<pid_t> nodes;
+  std::vector<caf::actor> members; // by rank
+
+  fixture() {
+    auto p = sys.middleman().publish(dir, 0, "127.0.0.1");
+    REQUIRE(p);
+    port = *p;
+  }
+
+  ~fixture() {
+    // Nodes stop when the directory goes away.
+    caf::anon_send_exit(dir, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+    for (auto pid : nodes)
+      CHECK(wait_node(pid, 60s) == 0);
+  }
+
+  pid_t start_node(const std::string& group, int32_t world,
+                   const node_spec& spec, int64_t timeout_ms) {
+    std::string exe = CAF_COLLECTIVE_NODE_PROCESS;
+    std::vector<std::string> args{exe,
+                                  std::to_string(port),
+                                  group,
+                                  std::to_string(world),
+                                  std::to_string(spec.first),
+                                  std::to_string(spec.count),
+                                  std::to_string(timeout_ms),
+                                  std::to_string(spec.delay_ms)};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(),
+                        environ) == 0);
+    nodes.push_back(pid);
+    return pid;
+  }
+
+  // Waits for `pid`; kills it after `limit`. The exit status, -1 if it died
+  // by a signal or had to be killed.
+  static int wait_node(pid_t pid, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      int status = 0;
+      auto r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      if (r < 0) return -1; // reaped already
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  // Starts one process per spec and waits until group `group` is formed.
+  void form(const std::string& group, int32_t world,
+            const std::vector<node_spec>& specs, int64_t timeout_ms = 10000) {
+    for (auto& spec : specs)
+      start_node(group, world, spec, timeout_ms);
+    members.assign(static_cast<size_t>(world), caf::actor{});
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (int32_t r = 0; r < world; ++r) {
+      while (!members[r] && std::chrono::steady_clock::now() < deadline) {
+        self->request(dir, 5s, caf::get_atom::value, r)
+          .receive([&](caf::actor& m) { members[r] = std::move(m); },
+                   [](caf::error&) {});
+        if (!members[r]) std::this_thread::sleep_for(20ms);
+      }
+      REQUIRE(members[r]);
+    }
+    auto err = col::await_group(self, driver, group, 30s);
+    INFO(col::render(err));
+    REQUIRE(!err);
+  }
+
+  col::object_ref make(int32_t rank, int32_t n, float base) {
+    col::object_ref result;
+    self->request(members[rank], 10s, node_test::make_atom::value, n, base)
+      .receive([&](col::object_ref& ref) { result = std::move(ref); },
+               [&](caf::error& err) { FAIL(col::render(err)); });
+    return result;
+  }
+
+  std::vector<float> read(int32_t rank, const col::object_ref& ref) {
+    std::vector<float> result;
+    self->request(members[rank], 10s, node_test::read_atom::value, ref)
+      .receive([&](std::vector<float>& xs) { result = std::move(xs); },
+               [&](caf::error& err) { FAIL(col::render(err)); });
+    return result;
+  }
+
+  std::string node_of(int32_t rank) { return to_string(members[rank].node()); }
+};
+
+std::vector<float> iota(int32_t n, float base) {
+  std::vector<float> xs(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i)
+    xs[i] = base + static_cast<float>(i);
+  return xs;
+}
+
+} // namespace
+
+TEST_CASE("members on two other nodes run collectives on their own nodes' "
+          "tensors through this node's driver") {
+  fixture f;
+  // Node A holds ranks 0 and 1, node B rank 2.
+  f.form("nodes", 3, {{0, 2, 0}, {2, 1, 0}});
+  CHECK(f.node_of(0) == f.node_of(1));
+  CHECK(f.node_of(0) != f.node_of(2));
+  CHECK(f.node_of(0) != col::node_name(f.sys));
+  constexpr int32_t n = 3000; // above the small-message path
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, 1000.0f * static_cast<float>(r)));
+  CHECK(xs[0].node == f.node_of(0));
+  CHECK(xs[2].node == f.node_of(2));
+
+  SUBCASE("allreduce in place") {
+    auto res = col::run_op(f.self, f.driver,
+                           {"nodes", col::op_kind::allreduce, xs, {}}, 20s);
+    REQUIRE(res);
+    std::vector<float> want(n);
+    for (int32_t i = 0; i < n; ++i)
+      want[i] = 3000.0f + 3.0f * static_cast<float>(i);
+    for (int32_t r = 0; r < 3; ++r)
+      CHECK(f.read(r, xs[r]) == want);
+  }
+  SUBCASE("allgather: each rank's output is a new ref on its own node") {
+    auto res = col::run_op(f.self, f.driver,
+                           {"nodes", col::op_kind::allgather, xs, {}}, 20s);
+    REQUIRE(res);
+    REQUIRE(res->refs.size() == 3);
+    std::vector<float> want;
+    for (int32_t r = 0; r < 3; ++r) {
+      auto part = iota(n, 1000.0f * static_cast<float>(r));
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    for (int32_t r = 0; r < 3; ++r) {
+      CHECK(res->refs[r].node == f.node_of(r));
+      CHECK(f.read(r, res->refs[r]) == want);
+    }
+  }
+  SUBCASE("send from node B to node A, then a collective on all ranks") {
+    col::op_params p;
+    p.root = 2;
+    p.peer = 0;
+    auto sent = col::run_op(
+      f.self, f.driver, {"nodes", col::op_kind::send, {{}, {}, xs[2]}, p}, 20s);
+    REQUIRE(sent);
+    REQUIRE(sent->refs.size() == 3);
+    CHECK(sent->refs[0].node == f.node_of(0));
+    CHECK(f.read(0, sent->refs[0]) == iota(n, 2000.0f));
+    auto bar = col::run_op(f.self, f.driver,
+                           {"nodes", col::op_kind::barrier, {}, {}}, 20s);
+    CHECK(bar);
+  }
+  SUBCASE("a ref named for the wrong rank's node is refused before any data "
+          "moves") {
+    auto swapped = xs;
+    std::swap(swapped[0], swapped[2]);
+    auto res = col::run_op(
+      f.self, f.driver, {"nodes", col::op_kind::allreduce, swapped, {}}, 20s);
+    REQUIRE(!res);
+    CHECK(col::code_of(res.error()) == col::errc::unknown_object);
+    CHECK(contains(col::render(res.error()), "ranks [0, 2]"));
+    CHECK(f.read(0, xs[0]) == iota(n, 0.0f)); // untouched
+  }
+}
+
+TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
+          "the survivors on the other node abort and stay usable") {
+  fixture f;
+  // Rank 2's node waits 4 s before running each op, so the op is surely
+  // in flight on ranks 0 and 1 when the node is killed.
+  f.form("nodes", 3, {{0, 2, 0}, {2, 1, 4000}}, 8000);
+  constexpr int32_t n = 1000;
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, static_cast<float>(r)));
+  auto t0 = std::chrono::steady_clock::now();
+  auto pending = f.self->request(
+    f.driver, 30s, col::op_request{"nodes", col::op_kind::allreduce, xs, {}});
+  std::this_thread::sleep_for(500ms);
+  kill(f.nodes[1], SIGKILL);
+  caf::error err;
+  pending.receive([](col::op_result&) {}, [&](caf::error& e) { err = e; });
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  REQUIRE(err);
+  CHECK(col::code_of(err) == col::errc::peer_lost);
+  auto text = col::render(err);
+  INFO(text);
+  CHECK(contains(text, "rank 2 died"));
+  CHECK(contains(text, "group 'nodes'"));
+  // Well before the op's own 8 s deadline: the lost connection is the news.
+  CHECK(elapsed < 7s);
+  // The survivors were told and report the group broken, naming rank 2.
+  for (int32_t r = 0; r < 2; ++r) {
+    auto st = col::status_of(f.self, f.members[r], "nodes", 10s);
+    REQUIRE(st);
+    CHECK(st->state == "broken");
+    CHECK(contains(col::render(st->reason), "rank 2 died"));
+  }
+  // The killed node is gone for good.
+  CHECK(fixture::wait_node(f.nodes[1], 10s) == -1);
+  f.nodes.pop_back();
+  // The driver stays up; the survivors form a new group and run an op.
+  REQUIRE(!col::destroy_group(f.self, f.driver, "nodes", 10s));
+  auto declared = col::declare_group(f.self, f.driver, "pair",
+                                     {f.members[0], f.members[1]}, "gloo", 20s);
+  INFO(col::render(declared));
+  REQUIRE(!declared);
+  std::vector<col::object_ref> ys{f.make(0, n, 10.0f), f.make(1, n, 20.0f)};
+  auto res = col::run_op(f.self, f.driver,
+                         {"pair", col::op_kind::allreduce, ys, {}}, 20s);
+  INFO((res ? std::string{"ok"} : col::render(res.error())));
+  REQUIRE(res);
+  std::vector<float> want(n);
+  for (int32_t i = 0; i < n; ++i)
+    want[i] = 30.0f + 2.0f * static_cast<float>(i);
+  CHECK(f.read(0, ys[0]) == want);
+  CHECK(f.read(1, ys[1]) == want);
+}
+
+TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
+          "heartbeats: peer_lost before the op's deadline") {
+  fixture f;
+  f.form("nodes", 3, {{0, 2, 0}, {2, 1, 0}}, 20000);
+  constexpr int32_t n = 1000;
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, static_cast<float>(r)));
+  // A frozen process keeps its sockets open: Gloo alone would wait for the
+  // 20 s deadline.
+  kill(f.nodes[1], SIGSTOP);
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = col::run_op(f.self, f.driver,
+                         {"nodes", col::op_kind::allreduce, xs, {}}, 30s);
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  kill(f.nodes[1], SIGKILL);
+  CHECK(fixture::wait_node(f.nodes[1], 10s) == -1);
+  f.nodes.pop_back();
+  REQUIRE(!res);
+  auto text = col::render(res.error());
+  INFO(text);
+  CHECK(col::code_of(res.error()) == col::errc::peer_lost);
+  CHECK(contains(text, "rank 2 died"));
+  CHECK(elapsed < 15s);
+  for (int32_t r = 0; r < 2; ++r) {
+    auto st = col::status_of(f.self, f.members[r], "nodes", 10s);
+    REQUIRE(st);
+    CHECK(st->state == "broken");
+  }
+}
