@@ -41,10 +41,16 @@ op_kind kind_of(bench_op op) {
 
 // The actor system and everything in it; exists on rank 0 only.
 struct driver_world {
-  driver_world() : sys(init_cfg(cfg)), self(sys) { driver = spawn_driver(sys); }
+  explicit driver_world(const std::string& scheduler)
+    : sys(init_cfg(cfg, scheduler)), self(sys) {
+    driver = spawn_driver(sys);
+  }
 
-  static caf::actor_system_config& init_cfg(caf::actor_system_config& cfg) {
+  static caf::actor_system_config& init_cfg(caf::actor_system_config& cfg,
+                                            const std::string& scheduler) {
     add_message_types(cfg);
+    cfg.set("scheduler.policy", scheduler == "sharing" ? caf::atom("sharing")
+                                                       : caf::atom("stealing"));
     return cfg;
   }
 
@@ -57,9 +63,10 @@ struct driver_world {
 
 class driver_path : public bench_path {
  public:
-  driver_path(int rank, int ranks) : rank_(rank), ranks_(ranks) {
+  driver_path(int rank, int ranks, const std::string& scheduler)
+    : rank_(rank), ranks_(ranks) {
     if (rank_ != 0) return;
-    world_ = std::make_unique<driver_world>();
+    world_ = std::make_unique<driver_world>(scheduler);
     // Membership at spawn: one member actor per rank, all in this process.
     world_->members = spawn_group(
       world_->sys, world_->driver, group_name, ranks_, "gloo", 30000,
@@ -192,8 +199,9 @@ bool driver_path_available() noexcept {
   return true;
 }
 
-bench_path_ptr make_driver_path(int rank, int ranks) {
-  return std::make_unique<driver_path>(rank, ranks);
+bench_path_ptr make_driver_path(int rank, int ranks,
+                                const std::string& scheduler) {
+  return std::make_unique<driver_path>(rank, ranks, scheduler);
 }
 
 } // namespace caf_collective::bench

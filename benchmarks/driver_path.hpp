@@ -12,8 +12,10 @@ namespace caf_collective::bench {
 /// reported as not available).
 bool driver_path_available() noexcept;
 
-/// Spawns the driver and `ranks` members on rank 0 and waits until their
-/// group formed; a no-op object on the other ranks.
-bench_path_ptr make_driver_path(int rank, int ranks);
+/// Spawns the driver and `ranks` members on rank 0 (in an actor system
+/// with CAF scheduler policy `scheduler`: "stealing" or "sharing") and
+/// waits until their group formed; a no-op object on the other ranks.
+bench_path_ptr make_driver_path(int rank, int ranks,
+                                const std::string& scheduler);
 
 } // namespace caf_collective::bench

@@ -35,6 +35,8 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --variants         also print a row per Gloo algorithm of raw-gloo-best
   --procs            ranks as processes (default: threads of one process)
   --raw-warmup 0|1   give raw Gloo our groups' 1 MiB warm-up per pair (1)
+  --caf-scheduler S  CAF scheduler of the driver path: stealing (CAF's
+                     default) or sharing (stealing)
   --csv FILE         also write every row as CSV
   --plot FILE.png    plot busbw against size per path (gnuplot)
 )";
@@ -180,7 +182,12 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.direct_algorithm = parse_algorithm(value);
       else if (flag == "--raw-warmup")
         opts.raw_warm_up = as_int() != 0;
-      else if (flag == "--csv")
+      else if (flag == "--caf-scheduler") {
+        if (value != "stealing" && value != "sharing")
+          throw std::invalid_argument("--caf-scheduler must be stealing or "
+                                      "sharing");
+        opts.caf_scheduler = value;
+      } else if (flag == "--csv")
         opts.csv_file = value;
       else if (flag == "--plot")
         opts.plot_file = value;

@@ -42,6 +42,9 @@ struct perf_options {
   allreduce_algorithm direct_algorithm = allreduce_algorithm::automatic;
   /// Gives raw Gloo our groups' 1 MiB per-pair warm-up (like with like).
   bool raw_warm_up = true;
+  /// CAF scheduler of the driver path's actor system: "stealing" (CAF's
+  /// default) or "sharing" (one shared queue; wakes idle workers at once).
+  std::string caf_scheduler = "stealing";
   std::string csv_file;
   std::string plot_file;
 };

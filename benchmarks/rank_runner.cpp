@@ -98,7 +98,8 @@ class rank_runner {
         paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store,
                                           opts_.direct_algorithm));
       } else if (name == "driver" && driver_path_available()) {
-        paths_.push_back(make_driver_path(env_.rank, opts_.ranks));
+        paths_.push_back(
+          make_driver_path(env_.rank, opts_.ranks, opts_.caf_scheduler));
       } else if (name == "driver" && is_root()) {
         std::cout << "# path driver: not available (this build has no actor "
                      "layer with a driver API); skipped\n";

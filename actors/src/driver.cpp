@@ -84,6 +84,10 @@ struct group_entry {
 
 struct driver_state {
   store_actor store;
+  // This node's object store and name: refs of members on this node are
+  // checked here directly instead of by a message round trip.
+  object_store_ptr local;
+  std::string node;
   milliseconds grace{200};
   uint64_t next_gen = 1;
   uint64_t next_op_id = 1;
@@ -421,27 +425,60 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   g.running.emplace(seq, std::move(op));
 }
 
-// Asks every member whose ref the head op names whether the object exists
-// (and matches its fingerprint) before any rank starts moving data.
+// The head op's checks are complete: start it, or refuse it naming the
+// ranks whose objects are missing; then look at the next op.
+void checked(driver_ptr self, group_entry& g,
+             const std::map<size_t, caf::error>& results) {
+  auto head = std::move(g.queue.front());
+  g.queue.pop_front();
+  g.checking = false;
+  std::vector<int> bad;
+  caf::error first;
+  std::string details;
+  for (auto& [r, e] : results) {
+    if (!e) continue;
+    bad.push_back(static_cast<int>(r));
+    if (!first) first = e;
+    details += "; rank " + std::to_string(r) + ": " + render(e);
+  }
+  if (bad.empty()) {
+    start_op(self, g, std::move(head));
+  } else {
+    auto code = is_collective_error(first) ? code_of(first) : errc::peer_lost;
+    head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
+                                "refused before any data moved: ranks " +
+                                  list_ranks(bad) + details));
+  }
+  pump(self, g);
+}
+
+// Makes sure every object the head op names exists (and matches its
+// fingerprint) before any rank starts moving data: refs on this node are
+// looked up in its store, the others by asking their member.
 void pump(driver_ptr self, group_entry& g) {
   if (g.state != group_state::ready || g.checking || g.queue.empty()) return;
   auto& op = g.queue.front();
-  std::vector<size_t> to_check;
-  for (size_t r = 0; r < op.req.refs.size(); ++r)
-    if (op.req.refs[r].valid()) to_check.push_back(r);
-  if (to_check.empty()) {
-    auto head = std::move(g.queue.front());
-    g.queue.pop_front();
-    start_op(self, g, std::move(head));
-    pump(self, g);
-    return;
+  auto results = std::make_shared<std::map<size_t, caf::error>>();
+  std::vector<size_t> remote;
+  for (size_t r = 0; r < op.req.refs.size(); ++r) {
+    const auto& ref = op.req.refs[r];
+    if (!ref.valid()) continue;
+    if (ref.node != self->state.node) {
+      remote.push_back(r);
+      continue;
+    }
+    auto pin = self->state.local->pin(ref);
+    (*results)[r] = pin ? caf::error{} : std::move(pin.error());
   }
   g.checking = true;
+  if (remote.empty()) {
+    checked(self, g, *results);
+    return;
+  }
   auto id = op.id;
   auto name = g.name;
   auto gen = g.gen;
-  auto results = std::make_shared<std::map<size_t, caf::error>>();
-  auto expected = to_check.size();
+  auto expected = results->size() + remote.size();
   auto on_reply = [self, id, name, gen, results, expected](size_t rank,
                                                            caf::error err) {
     auto i = self->state.groups.find(name);
@@ -449,30 +486,9 @@ void pump(driver_ptr self, group_entry& g) {
     auto& g = i->second;
     if (g.queue.empty() || g.queue.front().id != id) return;
     (*results)[rank] = std::move(err);
-    if (results->size() < expected) return;
-    auto head = std::move(g.queue.front());
-    g.queue.pop_front();
-    g.checking = false;
-    std::vector<int> bad;
-    caf::error first;
-    std::string details;
-    for (auto& [r, e] : *results) {
-      if (!e) continue;
-      bad.push_back(static_cast<int>(r));
-      if (!first) first = e;
-      details += "; rank " + std::to_string(r) + ": " + render(e);
-    }
-    if (bad.empty()) {
-      start_op(self, g, std::move(head));
-    } else {
-      auto code = is_collective_error(first) ? code_of(first) : errc::peer_lost;
-      head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
-                                  "refused before any data moved: ranks " +
-                                    list_ranks(bad) + details));
-    }
-    pump(self, g);
+    if (results->size() == expected) checked(self, g, *results);
   };
-  for (auto r : to_check) {
+  for (auto r : remote) {
     self
       ->request(g.members[r], milliseconds{g.timeout_ms}, check_atom::value,
                 g.name, g.gen, op.req.refs[r])
@@ -536,6 +552,8 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
 
 caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
   self->state.grace = cfg.grace;
+  self->state.local = local_store(self->system());
+  self->state.node = node_name(self->system());
   self->state.store = std::move(cfg.store);
   // A store the driver created lives exactly as long as the driver.
   if (owns_store) self->link_to(self->state.store);

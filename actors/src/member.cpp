@@ -207,6 +207,27 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     else
       op.rp.deliver(std::move(ref.error()));
   };
+  // Hands op `seq` to the group's lane; its completion comes back as a
+  // message.
+  auto launch = [=](const std::string& name, uint64_t seq) {
+    auto i = st->groups.find(name);
+    if (i == st->groups.end()) return;
+    auto& g = i->second;
+    auto j = g.ops.find(seq);
+    if (j == g.ops.end() || !g.grp) return;
+    auto& op = j->second;
+    auto dtype_hint = op.in ? op.in->type() : op.msg.out_type;
+    tensor_view in =
+      op.in ? op.in->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
+    tensor_view out =
+      op.out ? op.out->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
+    auto w = submit(*g.grp, op.msg, in, out);
+    auto gen = g.gen;
+    w.on_complete([addr, name, gen, seq](const caf::error& err) {
+      if (auto hdl = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send(hdl, done_atom::value, name, gen, seq, err);
+    });
+  };
   return {
     [=](join_atom, membership& m) { join(std::move(m)); },
     [=](init_atom, const std::string& name, uint64_t gen,
@@ -285,33 +306,16 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.msg = std::move(msg);
       auto delay = g->m.start_delay_ms;
       auto name = op.msg.group;
-      auto result = op.rp;
       g->ops.emplace(seq, std::move(op));
       if (delay > 0)
         self->delayed_send(self, milliseconds{delay}, submit_atom::value, name,
                            seq);
       else
-        self->send(self, submit_atom::value, name, seq);
+        launch(name, seq);
       return caf::delegated<object_ref>{};
     },
     [=](submit_atom, const std::string& name, uint64_t seq) {
-      auto i = st->groups.find(name);
-      if (i == st->groups.end()) return;
-      auto& g = i->second;
-      auto j = g.ops.find(seq);
-      if (j == g.ops.end() || !g.grp) return;
-      auto& op = j->second;
-      auto dtype_hint = op.in ? op.in->type() : op.msg.out_type;
-      tensor_view in =
-        op.in ? op.in->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
-      tensor_view out =
-        op.out ? op.out->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
-      auto w = submit(*g.grp, op.msg, in, out);
-      auto gen = g.gen;
-      w.on_complete([addr, name, gen, seq](const caf::error& err) {
-        if (auto hdl = caf::actor_cast<caf::actor>(addr))
-          caf::anon_send(hdl, done_atom::value, name, gen, seq, err);
-      });
+      launch(name, seq);
     },
     [=](done_atom, const std::string& name, uint64_t gen, uint64_t seq,
         caf::error& err) {

@@ -23,6 +23,8 @@
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
 #include <caf_collective/messages.hpp>
+#include <caf_collective/object_store.hpp>
+#include <caf_collective/tensor.hpp>
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -33,6 +35,9 @@ namespace {
 // touched on the test's thread: the test coordinator runs actors there.
 struct script {
   caf::actor_addr self;
+  // The node the member claims to live on. Not the driver's: the driver
+  // checks refs on its own node in its store, the others by asking.
+  std::string node = "scripted-node";
   std::vector<std::string> log; // one line per message, in arrival order
   uint64_t gen = 0;             // from the last init
   // Starts by (group, seq), and the promises of those not answered yet.
@@ -54,7 +59,7 @@ using finish_atom = caf::atom_constant<caf::atom("t_finish")>;
 
 caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
                               caf::actor driver, col::membership m) {
-  self->send(driver, col::reg_atom::value, m, col::node_name(self->system()));
+  self->send(driver, col::reg_atom::value, m, sc->node);
   return {
     [=](col::init_atom, const std::string& group, uint64_t gen,
         const caf::actor& store, const std::string& prefix, int64_t) {
@@ -96,8 +101,7 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
     },
     [=](col::join_atom, col::membership& joined) {
       sc->log.push_back("join " + joined.group);
-      self->send(driver, col::reg_atom::value, std::move(joined),
-                 col::node_name(self->system()));
+      self->send(driver, col::reg_atom::value, std::move(joined), sc->node);
     },
   };
 }
@@ -129,7 +133,7 @@ struct fixture {
     dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   col::driver_actor driver;
   std::vector<caf::actor> spawned;
-  std::string node = col::node_name(sys);
+  std::string node = script{}.node;
 
   fixture() {
     col::driver_config dc;
@@ -700,4 +704,54 @@ TEST_CASE("requests for unknown groups are refused at once") {
   REQUIRE(op->answers == 1);
   CHECK(col::code_of(op->err) == col::errc::unknown_group);
   CHECK(contains(col::render(op->err), "nowhere"));
+}
+
+TEST_CASE("refs on the driver's own node are checked in its store, without "
+          "a message to the member") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  std::vector<script_ptr> scripts;
+  auto here = col::node_name(f.sys);
+  for (int r = 0; r < 2; ++r) {
+    scripts.push_back(std::make_shared<script>());
+    scripts.back()->node = here;
+    actors.push_back(f.member(scripts.back(), fixture::ms(r, 2)));
+  }
+  f.run();
+  for (int r = 0; r < 2; ++r)
+    f.ready(actors[r], *scripts[r], "g", r);
+  f.run();
+  auto store = col::local_store(f.sys);
+  std::vector<col::object_ref> refs;
+  for (int r = 0; r < 2; ++r) {
+    auto t = col::tensor::empty(col::dtype::float32, {4});
+    REQUIRE(t);
+    auto ref = store->put(std::move(*t));
+    REQUIRE(ref);
+    refs.push_back(*ref);
+  }
+  auto before = scripts[0]->log.size();
+  auto ok = f.ask_op({"g", col::op_kind::allreduce, refs, {}});
+  f.run();
+  for (auto& sc : scripts) {
+    CHECK(sc->log.size() == before + 1);
+    CHECK(sc->log.back() == "start g seq 0 allreduce");
+  }
+  for (auto& sc : scripts)
+    fixture::finish(*sc, 0);
+  f.run();
+  REQUIRE(ok->answers == 1);
+  CHECK(!ok->err);
+  // A released object is refused before anything is sent.
+  store->release(refs[1]);
+  auto gone = f.ask_op({"g", col::op_kind::allreduce, refs, {}});
+  f.run();
+  REQUIRE(gone->answers == 1);
+  CHECK(col::code_of(gone->err) == col::errc::unknown_object);
+  CHECK(contains(col::render(gone->err),
+                 "refused before any data moved: ranks [1]"));
+  for (auto& sc : scripts)
+    CHECK(sc->log.size() == before + 1);
+  store->release(refs[0]);
+  CHECK(f.status("g").next_seq == 1);
 }
