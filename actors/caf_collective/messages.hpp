@@ -52,6 +52,10 @@ using wait_atom = caf::atom_constant<caf::atom("col_wait")>;
 using destroy_atom = caf::atom_constant<caf::atom("col_destr")>;
 /// client -> driver or member, request: (status, group) -> group_status.
 using status_atom = caf::atom_constant<caf::atom("col_status")>;
+/// driver or client -> member, request: (hist, group) -> std::string: the
+/// member's recent ops of that group, one per line (op_history.hpp). The
+/// driver asks every rank when an op passes its deadline and logs them.
+using history_atom = caf::atom_constant<caf::atom("col_hist")>;
 
 // -- messages -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/log.hpp"
 #include "caf_collective/rendezvous_actor.hpp"
 
 namespace caf_collective {
@@ -497,6 +498,26 @@ void pump(driver_ptr self, group_entry& g) {
   }
 }
 
+// Asks every rank what it was doing when op `seq` missed its deadline and
+// logs each answer, so that a hang can be traced to the rank that fell
+// behind (the client has its error already).
+void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
+                   const std::string& what) {
+  for (size_t r = 0; r < g.members.size(); ++r) {
+    if (!g.members[r]) continue;
+    auto head = "group '" + g.name + "' op seq " + std::to_string(seq) +
+                " missed its deadline (" + what + "); rank " +
+                std::to_string(r) + " recent operations, oldest first:\n";
+    self
+      ->request(g.members[r], std::chrono::seconds{2}, history_atom::value,
+                g.name)
+      .then([head](std::string& text) { log_warning("driver", head + text); },
+            [head](caf::error& err) {
+              log_warning("driver", head + "(no answer: " + render(err) + ")");
+            });
+  }
+}
+
 void on_register(driver_ptr self, const caf::actor& member, membership& m,
                  std::string& node) {
   auto reject = [&](caf::error err) {
@@ -642,6 +663,7 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
           " had not finished" + details);
       j->second.rp.deliver(err);
       g.running.erase(j);
+      log_histories(self, g, seq, render(err));
       break_group(self, g, err, false);
     },
     [=](op_request& req) -> caf::result<op_result> {

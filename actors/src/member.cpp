@@ -344,6 +344,13 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
           make_error(errc::aborted, "group '" + name + "' was destroyed"));
       st->groups.erase(i);
     },
+    [=](history_atom, const std::string& name) -> caf::result<std::string> {
+      auto i = st->groups.find(name);
+      if (i == st->groups.end() || !i->second.grp)
+        return make_error(errc::unknown_group,
+                          "member has no group '" + name + "'");
+      return describe(i->second.grp->recent_ops());
+    },
     [=](status_atom, const std::string& name) {
       group_status result;
       result.group = name;

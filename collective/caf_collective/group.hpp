@@ -14,6 +14,7 @@
 
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
+#include "caf_collective/op_history.hpp"
 #include "caf_collective/options.hpp"
 #include "caf_collective/rendezvous.hpp"
 #include "caf_collective/tensor.hpp"
@@ -132,6 +133,11 @@ class group : public std::enable_shared_from_this<group> {
   /// The context errors of this member carry.
   error_context context(op_kind op, int64_t seq) const noexcept;
 
+  /// This member's last operations of this group (at most 16), oldest
+  /// first: what ran, how long, what is still queued. Logged when an op
+  /// times out; the actor layer's driver collects it from every rank.
+  std::vector<op_record> recent_ops() const { return history_.snapshot(); }
+
  private:
   explicit group(group_config cfg);
 
@@ -139,6 +145,8 @@ class group : public std::enable_shared_from_this<group> {
   work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
 
   void break_with(const caf::error& err);
+
+  void log_recent_ops(const caf::error& err) const;
 
   void track_pending(const std::shared_ptr<detail::work_state>& state);
 
@@ -163,6 +171,7 @@ class group : public std::enable_shared_from_this<group> {
   // submit_mtx_. abort() fails them all at once.
   std::deque<std::weak_ptr<detail::work_state>> pending_;
   std::mutex submit_mtx_;
+  op_history history_;
 };
 
 using group_ptr = std::shared_ptr<group>;

@@ -98,6 +98,14 @@ void group::break_with(const caf::error& err) {
   broken_ = true;
 }
 
+void group::log_recent_ops(const caf::error& err) const {
+  static auto& log = detail::logger_for("group");
+  log.warn("group '{}' rank {}/{}: {}\nrecent operations of this rank, oldest "
+           "first:\n{}",
+           cfg_.name, cfg_.rank, cfg_.world_size, render(err),
+           describe(history_.snapshot()));
+}
+
 void group::abort(std::string why) {
   auto err = make_error(errc::aborted, context(op_kind::barrier, -1),
                         "group aborted: " + why);
@@ -162,12 +170,14 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
     track_pending(state);
-    task = [self = shared_from_this(), state, op,
+    history_.queued(state->seq(), p2p, op, body.bytes);
+    task = [self = shared_from_this(), state, op, p2p,
             body = std::move(body)]() mutable {
       auto seq = static_cast<int64_t>(state->seq());
       caf::error err;
       // The send lane may run before formation finished on the main lane.
       self->formed_.wait();
+      self->history_.started(state->seq(), p2p);
       if (self->broken()) {
         err = make_error(errc::aborted, self->context(op, seq),
                          "group is broken by an earlier failure: " +
@@ -183,8 +193,10 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         op_call call{state->seq(), self->cfg_.timeout};
         if (body.timeout.count() > 0) call.timeout = body.timeout;
         err = body(*self->backend_, call);
+        if (err && code_of(err) == errc::timeout) self->log_recent_ops(err);
         if (err && breaks_group(err)) self->break_with(err);
       }
+      self->history_.finished(state->seq(), p2p, err);
       state->complete(std::move(err));
     };
     // A blocking caller waits for the result anyway: when the lane is idle
@@ -208,6 +220,7 @@ template<class Fn>
 struct op_body {
   caf_collective::device dev;
   dtype type;
+  size_t bytes; // for the op history
   milliseconds timeout;
   Fn fn;
 
@@ -219,7 +232,8 @@ struct op_body {
 template<class Fn>
 op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
                       Fn fn) {
-  return {sample.dev(), sample.type(), opts.timeout, std::move(fn)};
+  return {sample.dev(), sample.type(), sample.nbytes(), opts.timeout,
+          std::move(fn)};
 }
 
 } // namespace

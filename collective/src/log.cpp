@@ -1,5 +1,7 @@
 #include "log.hpp"
 
+#include "caf_collective/log.hpp"
+
 #include <cstdlib>
 #include <mutex>
 
@@ -28,3 +30,11 @@ spdlog::logger& logger_for(const std::string& subsystem) {
 }
 
 } // namespace caf_collective::detail
+
+namespace caf_collective {
+
+void log_warning(const std::string& subsystem, const std::string& text) {
+  detail::logger_for(subsystem).warn("{}", text);
+}
+
+} // namespace caf_collective

@@ -683,3 +683,51 @@ TEST_CASE("destroying a group finishes its queued operations first") {
   });
   test::check_ranks(results);
 }
+
+TEST_CASE("the op history tells what each rank ran before a timeout") {
+  auto g = std::string{"history"};
+  std::latch done{1};
+  std::vector<std::vector<col::op_record>> seen(2);
+  std::string text;
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", g,
+                               test::group_options(store, 30s));
+    auto x = col::tensor::from_vector(std::vector<float>(1000, 1.0f));
+    col::allreduce(x, g);
+    col::barrier(g);
+    if (rank == 1) {
+      done.wait(); // never joins the third op
+      seen[1] = col::get_group(g)->recent_ops();
+      return;
+    }
+    struct release {
+      std::latch& l;
+      ~release() { l.count_down(); }
+    } guard{done};
+    col::allreduce_options opts;
+    opts.timeout = 300ms;
+    expect_error(log, "allreduce", col::errc::timeout, {g},
+                 [&] { col::allreduce(x, g, opts); });
+    seen[0] = col::get_group(g)->recent_ops();
+    text = col::describe(seen[0]);
+  });
+  test::check_ranks(results);
+  using phase = col::op_record::phase;
+  REQUIRE(seen[0].size() == 3);
+  CHECK(seen[0][0].op == col::op_kind::allreduce);
+  CHECK(seen[0][0].bytes == 4000);
+  CHECK(seen[0][0].state == phase::done);
+  CHECK(seen[0][1].op == col::op_kind::barrier);
+  CHECK(seen[0][1].seq == 1);
+  CHECK(seen[0][2].seq == 2);
+  CHECK(seen[0][2].state == phase::failed);
+  CHECK(seen[0][2].failure == col::errc::timeout);
+  CHECK(seen[0][2].finished - seen[0][2].started >= 250ms);
+  INFO(text);
+  CHECK(text.find("seq 2 allreduce 4000 B failed (timeout)") !=
+        std::string::npos);
+  // The silent rank's log ends before the op it never called.
+  REQUIRE(seen[1].size() == 2);
+  CHECK(seen[1][1].state == phase::done);
+}

@@ -399,9 +399,19 @@ TEST_CASE("a recv whose size differs from the send times out on both "
       }
     },
     std::chrono::seconds{5});
+  // The first rank to time out makes Gloo close its connections
+  // (Context::signalException), so the other rank may learn of it as a lost
+  // connection before its own deadline: each side fails, at least one of
+  // them with the timeout.
+  int timeouts = 0;
   for (const auto& e : errors) {
-    CHECK(e.find("collective.timeout") != std::string::npos);
+    INFO(e);
+    bool timed_out = e.find("collective.timeout") != std::string::npos;
+    bool lost = e.find("collective.peer_lost") != std::string::npos;
+    CHECK((timed_out || lost));
+    timeouts += timed_out ? 1 : 0;
   }
+  CHECK(timeouts >= 1);
 }
 
 TEST_CASE("consecutive sends between two ranks arrive in order") {

@@ -365,3 +365,29 @@ TEST_CASE(
   CHECK(text.find("gather") != std::string::npos);
   CHECK(text.find("root 5") != std::string::npos);
 }
+
+TEST_CASE("the op history keeps the newest records and tracks their phase") {
+  col::op_history h{3};
+  for (uint64_t seq = 0; seq < 4; ++seq)
+    h.queued(seq, false, col::op_kind::allreduce, 8 * seq);
+  h.queued(0, true, col::op_kind::send, 16); // p2p numbers are separate
+  h.started(2, false);
+  h.finished(2, false, {});
+  h.started(3, false);
+  h.finished(3, false,
+             col::make_error(col::errc::peer_lost, "rank 1 went away"));
+  h.finished(0, false, {}); // evicted: ignored
+  auto rs = h.snapshot();
+  REQUIRE(rs.size() == 3);
+  CHECK(rs[0].seq == 2);
+  CHECK(rs[0].state == col::op_record::phase::done);
+  CHECK(rs[1].state == col::op_record::phase::failed);
+  CHECK(rs[1].failure == col::errc::peer_lost);
+  CHECK(rs[2].point_to_point);
+  CHECK(rs[2].state == col::op_record::phase::queued);
+  auto text = col::describe(rs);
+  CHECK(text.find("seq 2 allreduce 16 B done in ") != std::string::npos);
+  CHECK(text.find("seq 3 allreduce 24 B failed (peer_lost) after ") !=
+        std::string::npos);
+  CHECK(text.find("p2p seq 0 send 16 B queued for ") != std::string::npos);
+}

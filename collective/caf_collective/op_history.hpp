@@ -1,0 +1,63 @@
+// A group's log of its most recent operations (architecture.md, 9): when an
+// op times out, the log says what this rank was doing, so a hang can be
+// traced to the rank and op that fell behind.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "caf_collective/error.hpp"
+#include "caf_collective/op_kind.hpp"
+
+namespace caf_collective {
+
+/// One operation as its group saw it.
+struct op_record {
+  enum class phase { queued, running, done, failed };
+  using clock = std::chrono::steady_clock;
+
+  uint64_t seq = 0;
+  /// send/recv are numbered apart from collectives (see group.hpp).
+  bool point_to_point = false;
+  op_kind op = op_kind::barrier;
+  /// Bytes of this rank's input (output for recv and ops without input).
+  size_t bytes = 0;
+  phase state = phase::queued;
+  clock::time_point submitted;
+  clock::time_point started;          // set once running
+  clock::time_point finished;         // set once done or failed
+  errc failure = errc::backend_error; // meaningful when failed
+};
+
+std::string_view to_string(op_record::phase x) noexcept;
+
+/// "seq 4 allreduce 4096 B running for 1503 ms", one record per line.
+std::string
+describe(const std::vector<op_record>& records,
+         op_record::clock::time_point now = op_record::clock::now());
+
+/// A thread-safe ring of the last `capacity` records, oldest first.
+class op_history {
+ public:
+  explicit op_history(size_t capacity = 16) : capacity_(capacity) {}
+
+  void queued(uint64_t seq, bool p2p, op_kind op, size_t bytes);
+  void started(uint64_t seq, bool p2p);
+  void finished(uint64_t seq, bool p2p, const caf::error& err);
+
+  std::vector<op_record> snapshot() const;
+
+ private:
+  op_record* find(uint64_t seq, bool p2p); // newest first; null if evicted
+
+  size_t capacity_;
+  mutable std::mutex mtx_;
+  std::deque<op_record> records_;
+};
+
+} // namespace caf_collective

@@ -1,0 +1,99 @@
+#include "caf_collective/op_history.hpp"
+
+namespace caf_collective {
+
+std::string_view to_string(op_record::phase x) noexcept {
+  switch (x) {
+    case op_record::phase::queued: return "queued";
+    case op_record::phase::running: return "running";
+    case op_record::phase::done: return "done";
+    default: return "failed";
+  }
+}
+
+namespace {
+
+long long millis(op_record::clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+} // namespace
+
+std::string describe(const std::vector<op_record>& records,
+                     op_record::clock::time_point now) {
+  std::string result;
+  for (const auto& r : records) {
+    if (!result.empty()) result += '\n';
+    result += r.point_to_point ? "p2p seq " : "seq ";
+    result += std::to_string(r.seq);
+    result += ' ';
+    result += to_string(r.op);
+    result += ' ';
+    result += std::to_string(r.bytes);
+    result += " B ";
+    result += to_string(r.state);
+    switch (r.state) {
+      case op_record::phase::queued:
+        result += " for " + std::to_string(millis(now - r.submitted)) + " ms";
+        break;
+      case op_record::phase::running:
+        result += " for " + std::to_string(millis(now - r.started)) + " ms";
+        break;
+      case op_record::phase::done:
+        result +=
+          " in " + std::to_string(millis(r.finished - r.started)) + " ms";
+        break;
+      case op_record::phase::failed:
+        result += std::string{" ("} + std::string{to_string(r.failure)} +
+                  ") after " +
+                  std::to_string(millis(r.finished - r.submitted)) + " ms";
+        break;
+    }
+  }
+  return result;
+}
+
+void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (records_.size() == capacity_) records_.pop_front();
+  op_record r;
+  r.seq = seq;
+  r.point_to_point = p2p;
+  r.op = op;
+  r.bytes = bytes;
+  r.submitted = op_record::clock::now();
+  records_.push_back(r);
+}
+
+void op_history::started(uint64_t seq, bool p2p) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (auto r = find(seq, p2p)) {
+    r->state = op_record::phase::running;
+    r->started = op_record::clock::now();
+  }
+}
+
+void op_history::finished(uint64_t seq, bool p2p, const caf::error& err) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (auto r = find(seq, p2p)) {
+    if (r->state == op_record::phase::queued) r->started = r->submitted;
+    r->state = err ? op_record::phase::failed : op_record::phase::done;
+    r->finished = op_record::clock::now();
+    if (err)
+      r->failure =
+        is_collective_error(err) ? code_of(err) : errc::backend_error;
+  }
+}
+
+std::vector<op_record> op_history::snapshot() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return {records_.begin(), records_.end()};
+}
+
+op_record* op_history::find(uint64_t seq, bool p2p) {
+  for (auto i = records_.rbegin(); i != records_.rend(); ++i)
+    if (i->seq == seq && i->point_to_point == p2p) return &*i;
+  return nullptr;
+}
+
+} // namespace caf_collective
