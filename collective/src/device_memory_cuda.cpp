@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "caf_collective/error.hpp"
+#include "host_memory_pool.hpp"
 #include "nccl/nccl_util.hpp"
 
 namespace caf_collective::detail {
@@ -44,15 +45,12 @@ caf::error device_error(device dev, std::string_view what, cudaError_t err) {
 }
 
 caf::expected<std::shared_ptr<void>> allocate_host(size_t bytes) {
-  // 64-byte alignment keeps vectorized reductions on full cache lines.
-  constexpr size_t alignment = 64;
-  auto rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* ptr = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-  if (ptr == nullptr)
+  auto block = allocate_host_block(bytes);
+  if (!block)
     return make_error(errc::out_of_memory, "cannot allocate " +
                                              std::to_string(bytes) +
                                              " bytes of host memory");
-  return std::shared_ptr<void>{ptr, [](void* p) { std::free(p); }};
+  return block;
 }
 
 caf::expected<std::shared_ptr<void>> allocate_cuda(device dev, size_t bytes) {

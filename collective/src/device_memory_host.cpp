@@ -7,6 +7,7 @@
 #include <new>
 
 #include "caf_collective/error.hpp"
+#include "host_memory_pool.hpp"
 
 namespace caf_collective::detail {
 
@@ -23,15 +24,12 @@ caf::error no_cuda(device dev) {
 
 caf::expected<std::shared_ptr<void>> allocate_memory(device dev, size_t bytes) {
   if (!dev.is_cpu()) return no_cuda(dev);
-  // 64-byte alignment keeps vectorized reductions on full cache lines.
-  constexpr size_t alignment = 64;
-  auto rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* ptr = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-  if (ptr == nullptr)
+  auto block = allocate_host_block(bytes);
+  if (!block)
     return make_error(errc::out_of_memory, "cannot allocate " +
                                              std::to_string(bytes) +
                                              " bytes of host memory");
-  return std::shared_ptr<void>{ptr, [](void* p) { std::free(p); }};
+  return block;
 }
 
 caf::error copy_memory(void* dst, device dst_dev, const void* src,

@@ -391,3 +391,47 @@ TEST_CASE("the op history keeps the newest records and tracks their phase") {
         std::string::npos);
   CHECK(text.find("p2p seq 0 send 16 B queued for ") != std::string::npos);
 }
+
+TEST_CASE("large host blocks are recycled through the host cache") {
+  auto capacity = col::host_cache_capacity();
+  col::trim_host_cache();
+  REQUIRE(col::host_cache_bytes() == 0);
+  void* first = nullptr;
+  {
+    auto t = col::tensor::empty(col::dtype::float32, {256 * 1024}); // 1 MiB
+    REQUIRE(t);
+    first = t->data();
+  }
+  CHECK(col::host_cache_bytes() == size_t{1} << 20);
+  {
+    // A slightly smaller request falls in the same size class.
+    auto t = col::tensor::empty(col::dtype::uint8, {(1 << 20) - 4096});
+    REQUIRE(t);
+    CHECK(t->data() == first);
+    CHECK(reinterpret_cast<uintptr_t>(t->data()) % 64 == 0);
+    CHECK(col::host_cache_bytes() == 0);
+  }
+  {
+    // Small blocks come from the heap and are not cached.
+    auto t = col::tensor::empty(col::dtype::float32, {100});
+    REQUIRE(t);
+  }
+  CHECK(col::host_cache_bytes() == size_t{1} << 20);
+  // Shrinking the capacity frees what no longer fits; 0 turns caching off.
+  col::set_host_cache_capacity(0);
+  CHECK(col::host_cache_bytes() == 0);
+  {
+    auto t = col::tensor::empty(col::dtype::float32, {256 * 1024});
+    REQUIRE(t);
+  }
+  CHECK(col::host_cache_bytes() == 0);
+  col::set_host_cache_capacity(capacity);
+  {
+    auto t = col::tensor::empty(col::dtype::float64, {100000});
+    REQUIRE(t);
+  }
+  CHECK(col::host_cache_bytes() > 0);
+  col::trim_host_cache();
+  CHECK(col::host_cache_bytes() == 0);
+  CHECK(col::host_cache_capacity() == capacity);
+}

@@ -1,0 +1,13 @@
+// Host allocations for tensors: 64-byte aligned, large blocks recycled
+// through the cache of host_memory.hpp.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace caf_collective::detail {
+
+/// `bytes` of 64-byte aligned host memory; null when the system has none.
+std::shared_ptr<void> allocate_host_block(size_t bytes);
+
+} // namespace caf_collective::detail
