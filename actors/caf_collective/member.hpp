@@ -4,15 +4,19 @@
 // thread.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/behavior.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/expected.hpp>
 #include <caf/message_handler.hpp>
+#include <caf/node_id.hpp>
 
 #include "caf_collective/messages.hpp"
 
@@ -25,6 +29,14 @@ namespace caf_collective {
 caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
                               std::vector<membership> groups);
 
+/// The user's behavior (possibly empty) with the member protocol behind it.
+inline caf::behavior with_member_protocol(caf::behavior user,
+                                          caf::behavior protocol) {
+  if (!user) return protocol;
+  caf::message_handler handler{user.as_behavior_impl()};
+  return caf::behavior{handler.or_else(protocol)};
+}
+
 /// Spawns an actor running `fun(self, xs...)`'s behavior plus the member
 /// protocol, member of every group in `groups` from its first message on.
 /// `fun` returns a caf::behavior (possibly empty).
@@ -35,12 +47,40 @@ member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
                     fun = std::move(fun),
                     ... xs = std::move(xs)](caf::event_based_actor* self) {
     auto protocol = member_protocol(self, driver, groups);
-    caf::behavior user = fun(self, xs...);
-    if (!user) return protocol;
-    caf::message_handler handler{user.as_behavior_impl()};
-    return caf::behavior{handler.or_else(protocol)};
+    return with_member_protocol(fun(self, xs...), std::move(protocol));
   });
 }
+
+/// Lets other nodes spawn members on this node with CAF's remote spawn
+/// (spawn_remote_member): registers the actor type `type_name`, whose
+/// actors run `fun(self)`'s behavior plus the member protocol with the
+/// driver and memberships the spawner passes. Call on the node's config
+/// before its actor system exists.
+template<class Fun>
+void add_member_type(caf::actor_system_config& cfg, std::string type_name,
+                     Fun fun) {
+  // By value: CAF matches the spawn message against the parameter types
+  // as written, and a reference type never matches.
+  cfg.add_actor_type(std::move(type_name), [fun](
+                                             caf::event_based_actor* self,
+                                             driver_actor driver,
+                                             std::vector<membership> groups) {
+    auto protocol = member_protocol(self, std::move(driver), std::move(groups));
+    return with_member_protocol(fun(self), std::move(protocol));
+  });
+}
+
+/// Spawns a member of the type `type_name` (add_member_type) on `node`, a
+/// node this system is connected to through the middleman, member of every
+/// group in `groups` with `driver` as its driver. Blocks the caller until
+/// the node answered: call it from a client thread, not from an actor.
+/// Fails with CAF's errors (e.g. the node does not know the type, or the
+/// arguments do not match it).
+caf::expected<member_actor> spawn_remote_member(
+  caf::actor_system& sys, const caf::node_id& node,
+  const std::string& type_name, const driver_actor& driver,
+  std::vector<membership> groups,
+  std::chrono::milliseconds timeout = std::chrono::seconds{10});
 
 /// A member whose only behavior is the member protocol.
 inline member_actor spawn_member(caf::actor_system& sys, driver_actor driver,

@@ -12,6 +12,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   add_object_store_types(cfg);
   add_error_category(cfg);
   cfg.add_message_type<membership>("caf_collective::membership");
+  cfg.add_message_type<std::vector<membership>>(
+    "std::vector<caf_collective::membership>");
   cfg.add_message_type<op_params>("caf_collective::op_params");
   cfg.add_message_type<op_request>("caf_collective::op_request");
   cfg.add_message_type<op_result>("caf_collective::op_result");

@@ -3,8 +3,11 @@
 // middleman. Usage:
 //   node_process <port> <group> <world size> <first rank> <count>
 //                <timeout ms> <start delay ms>
-// Spawns members with ranks [first, first + count) of <group>; lives until
-// the test's directory actor goes away.
+//     spawns members with ranks [first, first + count) of <group>;
+//   node_process <port> factory
+//     spawns nothing: the test spawns members here (remote spawn of the
+//     member type "test_worker").
+// Lives until the test's directory actor goes away.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -50,7 +53,36 @@ caf::behavior node_worker(caf::event_based_actor* self) {
 
 } // namespace
 
+// Connects to the directory, announces this node as a factory and waits
+// until the directory goes away.
+int serve_as_factory(caf::actor_system& sys, const caf::actor& dir) {
+  caf::scoped_actor self{sys};
+  self->send(dir, caf::put_atom::value, std::string{"factory"});
+  self->monitor(dir);
+  self->receive([](caf::down_msg&) {},
+                caf::after(std::chrono::minutes{5}) >> [] {});
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string{argv[2]} == "factory") {
+    caf::actor_system_config cfg;
+    cfg.load<caf::io::middleman>();
+    cfg.set("scheduler.max-threads", 2);
+    col::add_message_types(cfg);
+    node_test::add_types(cfg);
+    node_test::enable_heartbeats(cfg);
+    col::add_member_type(cfg, "test_worker", node_worker);
+    caf::actor_system sys{cfg};
+    auto dir = sys.middleman().remote_actor(
+      "127.0.0.1", static_cast<uint16_t>(std::atoi(argv[1])));
+    if (!dir) {
+      std::fprintf(stderr, "node: cannot reach the directory: %s\n",
+                   sys.render(dir.error()).c_str());
+      return 3;
+    }
+    return serve_as_factory(sys, *dir);
+  }
   if (argc != 8) {
     std::fprintf(stderr,
                  "usage: %s port group world first count timeout_ms "

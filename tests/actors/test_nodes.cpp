@@ -22,6 +22,7 @@
 #include <caf_collective/client.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
+#include <caf_collective/member.hpp>
 
 #include "node_protocol.hpp"
 
@@ -35,6 +36,7 @@ namespace {
 struct directory_state {
   caf::actor driver;
   std::map<int32_t, caf::actor> members;
+  std::vector<caf::node_id> factories; // nodes that spawn on request
 };
 
 // Hands the driver to nodes and collects the members they spawned.
@@ -45,6 +47,17 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self,
     [=](caf::get_atom) { return self->state.driver; },
     [=](caf::put_atom, int32_t rank, caf::actor& member) {
       self->state.members[rank] = std::move(member);
+    },
+    [=](caf::put_atom, const std::string&) {
+      self->state.factories.push_back(self->current_sender()->node());
+    },
+    [=](caf::get_atom, const std::string&,
+        int32_t index) -> caf::result<caf::node_id> {
+      if (index < 0 ||
+          static_cast<size_t>(index) >= self->state.factories.size())
+        return caf::make_error(caf::sec::runtime_error,
+                               "factory not announced yet");
+      return self->state.factories[index];
     },
     [=](caf::get_atom, int32_t rank) -> caf::result<caf::actor> {
       auto i = self->state.members.find(rank);
@@ -83,6 +96,7 @@ struct fixture {
   uint16_t port = 0;
   std::vector<pid_t> nodes;
   std::vector<caf::actor> members; // by rank
+  std::vector<caf::actor> spawned; // spawned by this process on the nodes
 
   fixture() {
     auto p = sys.middleman().publish(dir, 0, "127.0.0.1");
@@ -91,6 +105,9 @@ struct fixture {
   }
 
   ~fixture() {
+    // A node's actor system waits for every actor on it before it exits.
+    for (auto& m : spawned)
+      caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
     // Nodes stop when the directory goes away.
     caf::anon_send_exit(dir, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
@@ -172,6 +189,31 @@ struct fixture {
     self->request(members[rank], 10s, node_test::read_atom::value, ref)
       .receive([&](std::vector<float>& xs) { result = std::move(xs); },
                [&](caf::error& err) { FAIL(col::render(err)); });
+    return result;
+  }
+
+  // Starts a node that spawns members on request and returns its id.
+  caf::node_id start_factory(int32_t index) {
+    std::string exe = CAF_COLLECTIVE_NODE_PROCESS;
+    std::vector<std::string> args{exe, std::to_string(port), "factory"};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(),
+                        environ) == 0);
+    nodes.push_back(pid);
+    caf::node_id result;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!result && std::chrono::steady_clock::now() < deadline) {
+      self
+        ->request(dir, 5s, caf::get_atom::value, std::string{"factory"}, index)
+        .receive([&](caf::node_id& id) { result = std::move(id); },
+                 [](caf::error&) {});
+      if (!result) std::this_thread::sleep_for(20ms);
+    }
+    REQUIRE(result);
     return result;
   }
 
@@ -337,4 +379,43 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
     REQUIRE(st);
     CHECK(st->state == "broken");
   }
+}
+
+TEST_CASE("the driver's node spawns members on other nodes (remote spawn, "
+          "membership included) and they form a group") {
+  fixture f;
+  auto a = f.start_factory(0);
+  auto b = f.start_factory(1);
+  REQUIRE(a != b);
+  // A type the node does not know is refused.
+  auto unknown = col::spawn_remote_member(
+    f.sys, a, "no_such_type", f.driver, {{"spawned", 0, 3, "gloo", 10000, 0}});
+  CHECK(!unknown);
+  std::vector<caf::node_id> where{a, a, b};
+  f.members.resize(3);
+  for (int32_t r = 0; r < 3; ++r) {
+    auto m = col::spawn_remote_member(f.sys, where[r], "test_worker", f.driver,
+                                      {{"spawned", r, 3, "gloo", 10000, 0}});
+    INFO((m ? std::string{"ok"} : col::render(m.error())));
+    REQUIRE(m);
+    CHECK(m->node() == where[r]);
+    f.members[r] = *m;
+    f.spawned.push_back(*m);
+  }
+  auto formed = col::await_group(f.self, f.driver, "spawned", 30s);
+  INFO(col::render(formed));
+  REQUIRE(!formed);
+  constexpr int32_t n = 2000;
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, 100.0f * static_cast<float>(r)));
+  CHECK(xs[2].node == to_string(b));
+  auto res = col::run_op(f.self, f.driver,
+                         {"spawned", col::op_kind::allreduce, xs, {}}, 20s);
+  REQUIRE(res);
+  std::vector<float> want(n);
+  for (int32_t i = 0; i < n; ++i)
+    want[i] = 300.0f + 3.0f * static_cast<float>(i);
+  for (int32_t r = 0; r < 3; ++r)
+    CHECK(f.read(r, xs[r]) == want);
 }
