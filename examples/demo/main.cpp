@@ -57,6 +57,10 @@ int run_demo(caf::actor_system& sys) {
 int main() {
   caf::actor_system_config cfg;
   col::add_message_types(cfg);
+  // Idle workers of CAF's default scheduler poll with pauses; the sharing
+  // scheduler wakes them at once, which halves the driver's round trip
+  // (docs/benchmarks.md, "Driver round trip and CAF's scheduler policy").
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   caf::actor_system sys{cfg};
   return run_demo(sys);
 }
