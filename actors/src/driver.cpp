@@ -20,6 +20,9 @@ namespace {
 
 using form_tmo_atom = caf::atom_constant<caf::atom("col_ftmo")>;
 using op_tmo_atom = caf::atom_constant<caf::atom("col_otmo")>;
+/// Answers an op whose ranks reported a lost connection, after the grace
+/// period in which the driver's own down message can name the dead rank.
+using answer_atom = caf::atom_constant<caf::atom("col_answer")>;
 
 std::string list_ranks(const std::vector<int>& ranks) {
   std::string result = "[";
@@ -51,6 +54,7 @@ struct pending_op {
   std::vector<bool> replied;
   std::vector<caf::error> errors;
   std::vector<object_ref> outs;
+  bool answer_deferred = false;
 };
 
 enum class group_state { forming, ready, broken, failed };
@@ -354,6 +358,18 @@ void answer(driver_ptr self, group_entry& g, uint64_t seq) {
     if (!first) first = op.errors[r];
     details += "; rank " + std::to_string(r) + ": " + render(op.errors[r]);
   }
+  if (!failed.empty() && !op.answer_deferred &&
+      std::any_of(op.errors.begin(), op.errors.end(), [](const auto& e) {
+        return e && is_collective_error(e) && code_of(e) == errc::peer_lost;
+      })) {
+    // Survivors notice a dead peer's closed connections before the
+    // driver's monitor does: wait for the down message, which names it.
+    op.answer_deferred = true;
+    g.running.emplace(seq, std::move(op));
+    self->delayed_send(self, self->state.grace, answer_atom::value, g.name,
+                       g.gen, seq);
+    return;
+  }
   if (failed.empty()) {
     op_result res{g.name, seq, {}};
     if (op.req.op == op_kind::allreduce || op.req.op == op_kind::broadcast ||
@@ -427,7 +443,7 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
 }
 
 // The head op's checks are complete: start it, or refuse it naming the
-// ranks whose objects are missing; then look at the next op.
+// ranks whose objects are missing.
 void checked(driver_ptr self, group_entry& g,
              const std::map<size_t, caf::error>& results) {
   auto head = std::move(g.queue.front());
@@ -450,32 +466,35 @@ void checked(driver_ptr self, group_entry& g,
                                 "refused before any data moved: ranks " +
                                   list_ranks(bad) + details));
   }
-  pump(self, g);
 }
 
 // Makes sure every object the head op names exists (and matches its
 // fingerprint) before any rank starts moving data: refs on this node are
 // looked up in its store, the others by asking their member.
 void pump(driver_ptr self, group_entry& g) {
-  if (g.state != group_state::ready || g.checking || g.queue.empty()) return;
-  auto& op = g.queue.front();
-  auto results = std::make_shared<std::map<size_t, caf::error>>();
+  std::shared_ptr<std::map<size_t, caf::error>> results;
   std::vector<size_t> remote;
-  for (size_t r = 0; r < op.req.refs.size(); ++r) {
-    const auto& ref = op.req.refs[r];
-    if (!ref.valid()) continue;
-    if (ref.node != self->state.node) {
-      remote.push_back(r);
-      continue;
+  // Ops whose refs are all on this node start (or are refused) at once.
+  while (remote.empty()) {
+    if (g.state != group_state::ready || g.checking || g.queue.empty())
+      return;
+    auto& op = g.queue.front();
+    results = std::make_shared<std::map<size_t, caf::error>>();
+    for (size_t r = 0; r < op.req.refs.size(); ++r) {
+      const auto& ref = op.req.refs[r];
+      // Ranks outside a send/recv pair do not touch their refs.
+      if (!ref.valid() || !op.takes_part[r]) continue;
+      if (ref.node != self->state.node) {
+        remote.push_back(r);
+        continue;
+      }
+      auto pin = self->state.local->pin(ref);
+      (*results)[r] = pin ? caf::error{} : std::move(pin.error());
     }
-    auto pin = self->state.local->pin(ref);
-    (*results)[r] = pin ? caf::error{} : std::move(pin.error());
+    g.checking = true;
+    if (remote.empty()) checked(self, g, *results);
   }
-  g.checking = true;
-  if (remote.empty()) {
-    checked(self, g, *results);
-    return;
-  }
+  auto& op = g.queue.front();
   auto id = op.id;
   auto name = g.name;
   auto gen = g.gen;
@@ -487,7 +506,9 @@ void pump(driver_ptr self, group_entry& g) {
     auto& g = i->second;
     if (g.queue.empty() || g.queue.front().id != id) return;
     (*results)[rank] = std::move(err);
-    if (results->size() == expected) checked(self, g, *results);
+    if (results->size() < expected) return;
+    checked(self, g, *results);
+    pump(self, g);
   };
   for (auto r : remote) {
     self
@@ -505,9 +526,12 @@ void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
                    const std::string& what) {
   for (size_t r = 0; r < g.members.size(); ++r) {
     if (!g.members[r]) continue;
+    // Members number ops per group (send/recv apart from collectives), so
+    // their seq may differ from the driver's.
     auto head = "group '" + g.name + "' op seq " + std::to_string(seq) +
-                " missed its deadline (" + what + "); rank " +
-                std::to_string(r) + " recent operations, oldest first:\n";
+                " (driver numbering) missed its deadline (" + what +
+                "); rank " + std::to_string(r) +
+                " recent operations, oldest first (member numbering):\n";
     self
       ->request(g.members[r], std::chrono::seconds{2}, history_atom::value,
                 g.name)
@@ -641,6 +665,11 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
         detail += (absent.empty() ? " ranks " : "; ranks ") +
                   list_ranks(unready) + " did not report ready";
       break_group(self, g, group_error(errc::timeout, g, detail), true);
+    },
+    [=](answer_atom, const std::string& name, uint64_t gen, uint64_t seq) {
+      auto i = self->state.groups.find(name);
+      if (i != self->state.groups.end() && i->second.gen == gen)
+        answer(self, i->second, seq);
     },
     [=](op_tmo_atom, const std::string& name, uint64_t gen, uint64_t seq) {
       auto i = self->state.groups.find(name);

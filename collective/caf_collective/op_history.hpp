@@ -29,7 +29,8 @@ struct op_record {
   size_t bytes = 0;
   phase state = phase::queued;
   clock::time_point submitted;
-  clock::time_point started;          // set once running
+  clock::time_point started;          // set once running; failed while
+                                      // queued: the submission time
   clock::time_point finished;         // set once done or failed
   errc failure = errc::backend_error; // meaningful when failed
 };
@@ -41,7 +42,9 @@ std::string
 describe(const std::vector<op_record>& records,
          op_record::clock::time_point now = op_record::clock::now());
 
-/// A thread-safe ring of the last `capacity` records, oldest first.
+/// A thread-safe log of the last `capacity` records, oldest first. When it
+/// is full, the oldest finished record makes room, else the oldest queued
+/// one: a running op is dropped last.
 class op_history {
  public:
   explicit op_history(size_t capacity = 16) : capacity_(capacity) {}

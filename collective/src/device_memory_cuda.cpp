@@ -44,15 +44,6 @@ caf::error device_error(device dev, std::string_view what, cudaError_t err) {
   }
 }
 
-caf::expected<std::shared_ptr<void>> allocate_host(size_t bytes) {
-  auto block = allocate_host_block(bytes);
-  if (!block)
-    return make_error(errc::out_of_memory, "cannot allocate " +
-                                             std::to_string(bytes) +
-                                             " bytes of host memory");
-  return block;
-}
-
 caf::expected<std::shared_ptr<void>> allocate_cuda(device dev, size_t bytes) {
   device_guard guard{dev.index};
   if (guard.status() != cudaSuccess)
@@ -74,7 +65,7 @@ caf::expected<std::shared_ptr<void>> allocate_cuda(device dev, size_t bytes) {
 } // namespace
 
 caf::expected<std::shared_ptr<void>> allocate_memory(device dev, size_t bytes) {
-  if (dev.is_cpu()) return allocate_host(bytes);
+  if (dev.is_cpu()) return allocate_host_block(bytes);
   return allocate_cuda(dev, bytes);
 }
 

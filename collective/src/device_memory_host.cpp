@@ -24,12 +24,7 @@ caf::error no_cuda(device dev) {
 
 caf::expected<std::shared_ptr<void>> allocate_memory(device dev, size_t bytes) {
   if (!dev.is_cpu()) return no_cuda(dev);
-  auto block = allocate_host_block(bytes);
-  if (!block)
-    return make_error(errc::out_of_memory, "cannot allocate " +
-                                             std::to_string(bytes) +
-                                             " bytes of host memory");
-  return block;
+  return allocate_host_block(bytes);
 }
 
 caf::error copy_memory(void* dst, device dst_dev, const void* src,

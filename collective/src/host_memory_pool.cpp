@@ -1,11 +1,14 @@
 #include "host_memory_pool.hpp"
 
 #include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "caf_collective/error.hpp"
 #include "caf_collective/host_memory.hpp"
 
 namespace caf_collective::detail {
@@ -65,22 +68,14 @@ class pool {
   }
 
   void set_capacity(size_t bytes) {
-    std::vector<void*> surplus;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      capacity_ = bytes;
-      // Largest blocks first: they are the most expensive to keep.
-      for (auto i = free_.rbegin(); i != free_.rend() && cached_ > capacity_;
-           ++i) {
-        while (!i->second.empty() && cached_ > capacity_) {
-          surplus.push_back(i->second.back());
-          i->second.pop_back();
-          cached_ -= i->first;
-        }
-      }
-    }
-    for (auto* ptr : surplus)
-      std::free(ptr);
+    std::unique_lock<std::mutex> guard{mtx_};
+    capacity_ = bytes;
+    shrink_to(capacity_, guard);
+  }
+
+  void trim() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    shrink_to(0, guard);
   }
 
   size_t capacity() const {
@@ -96,6 +91,22 @@ class pool {
  private:
   pool() : capacity_(default_capacity()) {}
 
+  // Frees cached blocks, largest first (the most expensive to keep), until
+  // at most `limit` bytes stay cached. Releases the lock before freeing.
+  void shrink_to(size_t limit, std::unique_lock<std::mutex>& guard) {
+    std::vector<void*> surplus;
+    for (auto i = free_.rbegin(); i != free_.rend() && cached_ > limit; ++i) {
+      while (!i->second.empty() && cached_ > limit) {
+        surplus.push_back(i->second.back());
+        i->second.pop_back();
+        cached_ -= i->first;
+      }
+    }
+    guard.unlock();
+    for (auto* ptr : surplus)
+      std::free(ptr);
+  }
+
   mutable std::mutex mtx_;
   std::map<size_t, std::vector<void*>> free_; // by size class, LIFO
   size_t cached_ = 0;
@@ -104,13 +115,20 @@ class pool {
 
 } // namespace
 
-std::shared_ptr<void> allocate_host_block(size_t bytes) {
+caf::expected<std::shared_ptr<void>> allocate_host_block(size_t bytes) {
+  auto no_memory = [bytes] {
+    return make_error(errc::out_of_memory, "cannot allocate " +
+                                             std::to_string(bytes) +
+                                             " bytes of host memory");
+  };
+  // Rounding up to a size class must not wrap around.
+  if (bytes > SIZE_MAX / 2) return no_memory();
   if (bytes < min_cached) {
     auto rounded = (bytes + alignment - 1) / alignment * alignment;
     void* ptr =
       std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-    if (ptr == nullptr) return nullptr;
-    return {ptr, [](void* p) { std::free(p); }};
+    if (ptr == nullptr) return no_memory();
+    return std::shared_ptr<void>{ptr, [](void* p) { std::free(p); }};
   }
   auto cls = size_class(bytes);
   auto& p = pool::instance();
@@ -118,11 +136,12 @@ std::shared_ptr<void> allocate_host_block(size_t bytes) {
   if (ptr == nullptr) ptr = std::aligned_alloc(alignment, cls);
   if (ptr == nullptr) {
     // Out of memory: cached blocks of other sizes may make room.
-    trim_host_cache();
+    p.trim();
     ptr = std::aligned_alloc(alignment, cls);
-    if (ptr == nullptr) return nullptr;
+    if (ptr == nullptr) return no_memory();
   }
-  return {ptr, [cls](void* q) { pool::instance().give_back(q, cls); }};
+  return std::shared_ptr<void>{
+    ptr, [cls](void* q) { pool::instance().give_back(q, cls); }};
 }
 
 } // namespace caf_collective::detail
@@ -142,10 +161,7 @@ size_t host_cache_bytes() {
 }
 
 void trim_host_cache() {
-  auto& p = detail::pool::instance();
-  auto keep = p.capacity();
-  p.set_capacity(0);
-  p.set_capacity(keep);
+  detail::pool::instance().trim();
 }
 
 } // namespace caf_collective

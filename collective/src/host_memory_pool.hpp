@@ -5,9 +5,12 @@
 #include <cstddef>
 #include <memory>
 
+#include <caf/expected.hpp>
+
 namespace caf_collective::detail {
 
-/// `bytes` of 64-byte aligned host memory; null when the system has none.
-std::shared_ptr<void> allocate_host_block(size_t bytes);
+/// `bytes` of 64-byte aligned host memory; out_of_memory when the system
+/// has none (or the size cannot be represented).
+caf::expected<std::shared_ptr<void>> allocate_host_block(size_t bytes);
 
 } // namespace caf_collective::detail

@@ -1,5 +1,7 @@
 #include "caf_collective/op_history.hpp"
 
+#include <algorithm>
+
 namespace caf_collective {
 
 std::string_view to_string(op_record::phase x) noexcept {
@@ -45,8 +47,8 @@ std::string describe(const std::vector<op_record>& records,
         break;
       case op_record::phase::failed:
         result += std::string{" ("} + std::string{to_string(r.failure)} +
-                  ") after " +
-                  std::to_string(millis(r.finished - r.submitted)) + " ms";
+                  ") after " + std::to_string(millis(r.finished - r.started)) +
+                  " ms";
         break;
     }
   }
@@ -55,7 +57,23 @@ std::string describe(const std::vector<op_record>& records,
 
 void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes) {
   std::lock_guard<std::mutex> guard{mtx_};
-  if (records_.size() == capacity_) records_.pop_front();
+  if (records_.size() == capacity_) {
+    // A running op stuck behind many queued ones is exactly what a timeout
+    // log must still show: drop the oldest finished record, else the oldest
+    // queued one, and the oldest of all only when every record runs.
+    auto in = [this](auto pred) {
+      return std::find_if(records_.begin(), records_.end(), pred);
+    };
+    auto victim = in([](const op_record& r) {
+      return r.state == op_record::phase::done ||
+             r.state == op_record::phase::failed;
+    });
+    if (victim == records_.end())
+      victim = in([](const op_record& r) {
+        return r.state == op_record::phase::queued;
+      });
+    records_.erase(victim != records_.end() ? victim : records_.begin());
+  }
   op_record r;
   r.seq = seq;
   r.point_to_point = p2p;

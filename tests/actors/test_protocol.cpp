@@ -56,6 +56,8 @@ using script_ptr = std::shared_ptr<script>;
 /// Promises are delivered by their own actor: outside of it the test
 /// coordinator has no execution unit to enqueue from.
 using finish_atom = caf::atom_constant<caf::atom("t_finish")>;
+/// test -> scripted member: (fail, group, seq, error) fails that start.
+using fail_atom = caf::atom_constant<caf::atom("t_fail")>;
 
 caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
                               caf::actor driver, col::membership m) {
@@ -101,6 +103,12 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
       if (i == sc->unfinished.end()) return;
       auto& msg = sc->started.at(key);
       i->second.deliver(msg.has_out ? std::move(out) : msg.in);
+      sc->unfinished.erase(i);
+    },
+    [=](fail_atom, const std::string& group, uint64_t seq, caf::error& err) {
+      auto i = sc->unfinished.find({group, seq});
+      if (i == sc->unfinished.end()) return;
+      i->second.deliver(std::move(err));
       sc->unfinished.erase(i);
     },
     [=](col::join_atom, col::membership& joined) {
@@ -235,16 +243,27 @@ struct fixture {
     return out->status;
   }
 
-  // Registers `n` scripted members of group `name` and lets every one
-  // report ready.
-  std::vector<script_ptr> formed_group(int n, std::vector<caf::actor>& actors,
-                                       const std::string& name = "g") {
+  // Registers `n` scripted members of group `name` living on `on_node`
+  // (default: a node other than the driver's).
+  std::vector<script_ptr> registered_group(int n,
+                                           std::vector<caf::actor>& actors,
+                                           const std::string& name = "g",
+                                           const std::string& on_node = "") {
     std::vector<script_ptr> scripts;
     for (int r = 0; r < n; ++r) {
       scripts.push_back(std::make_shared<script>());
+      if (!on_node.empty()) scripts.back()->node = on_node;
       actors.push_back(member(scripts.back(), ms(r, n, name)));
     }
     run();
+    return scripts;
+  }
+
+  // registered_group, then every member reports ready.
+  std::vector<script_ptr> formed_group(int n, std::vector<caf::actor>& actors,
+                                       const std::string& name = "g",
+                                       const std::string& on_node = "") {
+    auto scripts = registered_group(n, actors, name, on_node);
     for (int r = 0; r < n; ++r)
       ready(actors[r], *scripts[r], name, r);
     run();
@@ -255,6 +274,13 @@ struct fixture {
              int rank, caf::error err = {}) {
     caf::send_as(who, driver, col::ready_atom::value, name, sc.gen,
                  int32_t{rank}, std::move(err));
+  }
+
+  // Lets a scripted member fail op `seq` of group "g" with `err`.
+  static void fail(script& sc, uint64_t seq, caf::error err) {
+    REQUIRE(sc.unfinished.count({"g", seq}) == 1);
+    caf::anon_send(caf::actor_cast<caf::actor>(sc.self), fail_atom::value,
+                   std::string{"g"}, seq, std::move(err));
   }
 
   col::object_ref ref(uint64_t id, col::shape_type shape = {4},
@@ -419,12 +445,8 @@ TEST_CASE("gang formation: a rank that dies before the group is formed "
 TEST_CASE("gang formation: a rank that cannot build its communicator fails "
           "the group for everyone, naming it") {
   fixture f;
-  std::vector<script_ptr> scripts;
   std::vector<caf::actor> actors;
-  for (int r = 0; r < 2; ++r) {
-    scripts.push_back(std::make_shared<script>());
-    actors.push_back(f.member(scripts.back(), fixture::ms(r, 2)));
-  }
+  auto scripts = f.registered_group(2, actors);
   auto waiter = f.wait_for("g");
   f.run();
   f.ready(actors[1], *scripts[1], "g", 1,
@@ -719,17 +741,7 @@ TEST_CASE("refs on the driver's own node are checked in its store, without "
           "a message to the member") {
   fixture f;
   std::vector<caf::actor> actors;
-  std::vector<script_ptr> scripts;
-  auto here = col::node_name(f.sys);
-  for (int r = 0; r < 2; ++r) {
-    scripts.push_back(std::make_shared<script>());
-    scripts.back()->node = here;
-    actors.push_back(f.member(scripts.back(), fixture::ms(r, 2)));
-  }
-  f.run();
-  for (int r = 0; r < 2; ++r)
-    f.ready(actors[r], *scripts[r], "g", r);
-  f.run();
+  auto scripts = f.formed_group(2, actors, "g", col::node_name(f.sys));
   auto store = col::local_store(f.sys);
   std::vector<col::object_ref> refs;
   for (int r = 0; r < 2; ++r) {
@@ -763,4 +775,50 @@ TEST_CASE("refs on the driver's own node are checked in its store, without "
     CHECK(sc->log.size() == before + 1);
   store->release(refs[0]);
   CHECK(f.status("g").next_seq == 1);
+}
+
+TEST_CASE("survivors that report a lost connection wait for the driver's "
+          "down message, whose error names the dead rank") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto op = f.ask_op(
+    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
+  f.run();
+  // Ranks 0 and 1 see rank 2's connections close before the driver learns
+  // that rank 2 is gone.
+  for (int r = 0; r < 2; ++r)
+    fixture::fail(*scripts[r], 0,
+                  col::make_error(col::errc::peer_lost,
+                                  "connection to a peer lost"));
+  f.run();
+  CHECK(op->answers == 0);
+  caf::anon_send_exit(actors[2], caf::exit_reason::kill);
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::peer_lost);
+  CHECK(contains(col::render(op->err), "rank 2 died"));
+  // The deferred answer falls due later and changes nothing.
+  f.advance(grace);
+  CHECK(op->answers == 1);
+}
+
+TEST_CASE("a lost connection with no member dying is answered after the "
+          "grace period, naming the ranks that reported it") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto op = f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}});
+  f.run();
+  fixture::fail(*scripts[0], 0,
+                col::make_error(col::errc::peer_lost, "connection reset"));
+  fixture::finish(*scripts[1], 0);
+  f.run();
+  f.advance(grace - 1ms);
+  CHECK(op->answers == 0);
+  f.advance(1ms);
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::peer_lost);
+  CHECK(contains(col::render(op->err), "failed on ranks [0]"));
+  CHECK(f.status("g").state == "broken");
 }

@@ -392,8 +392,27 @@ TEST_CASE("the op history keeps the newest records and tracks their phase") {
   CHECK(text.find("p2p seq 0 send 16 B queued for ") != std::string::npos);
 }
 
+TEST_CASE("a full op history drops finished, then queued records before a "
+          "running one") {
+  col::op_history h{3};
+  h.queued(0, false, col::op_kind::allreduce, 8);
+  h.started(0, false); // stuck: never finishes
+  h.queued(1, false, col::op_kind::barrier, 0);
+  h.finished(1, false, {});
+  for (uint64_t seq = 2; seq < 6; ++seq)
+    h.queued(seq, false, col::op_kind::broadcast, 8);
+  auto rs = h.snapshot();
+  REQUIRE(rs.size() == 3);
+  CHECK(rs[0].seq == 0); // the stuck op stays
+  CHECK(rs[0].state == col::op_record::phase::running);
+  CHECK(rs[1].seq == 4);
+  CHECK(rs[2].seq == 5);
+}
+
 TEST_CASE("large host blocks are recycled through the host cache") {
   auto capacity = col::host_cache_capacity();
+  // Whatever $CAF_COLLECTIVE_HOST_CACHE_MB says, cache here.
+  col::set_host_cache_capacity(size_t{64} << 20);
   col::trim_host_cache();
   REQUIRE(col::host_cache_bytes() == 0);
   void* first = nullptr;
@@ -425,7 +444,7 @@ TEST_CASE("large host blocks are recycled through the host cache") {
     REQUIRE(t);
   }
   CHECK(col::host_cache_bytes() == 0);
-  col::set_host_cache_capacity(capacity);
+  col::set_host_cache_capacity(size_t{64} << 20);
   {
     auto t = col::tensor::empty(col::dtype::float64, {100000});
     REQUIRE(t);
@@ -433,5 +452,14 @@ TEST_CASE("large host blocks are recycled through the host cache") {
   CHECK(col::host_cache_bytes() > 0);
   col::trim_host_cache();
   CHECK(col::host_cache_bytes() == 0);
-  CHECK(col::host_cache_capacity() == capacity);
+  CHECK(col::host_cache_capacity() == size_t{64} << 20);
+  col::set_host_cache_capacity(capacity);
+}
+
+TEST_CASE("a host allocation too large to round up fails cleanly") {
+  // 2 x (15 * 2^59 + 1) bytes: rounding to a size class would wrap around.
+  auto t =
+    col::tensor::empty(col::dtype::uint8, {2, (int64_t{15} << 59) + 1});
+  REQUIRE(!t);
+  CHECK(col::code_of(t.error()) == col::errc::out_of_memory);
 }
