@@ -26,7 +26,14 @@ inline constexpr std::array<dtype, 8> all_dtypes = {
   dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64,
 };
 
-/// Size of one element in bytes.
+/// Whether `t` is one of the enumerators above. Values outside the enum can
+/// arrive through casts and deserialized messages; every entry point
+/// refuses them.
+constexpr bool is_valid(dtype t) noexcept {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(dtype::float64);
+}
+
+/// Size of one element in bytes (0 for an invalid dtype).
 constexpr size_t size_of(dtype t) noexcept {
   switch (t) {
     case dtype::int8:

@@ -27,11 +27,17 @@ class lane;
 class work_state;
 } // namespace detail
 
+/// The largest world size a group accepts. Gloo connects every member to
+/// every peer (one socket each, formed one by one), so far larger groups
+/// would exhaust file descriptors and formation deadlines long before they
+/// formed.
+inline constexpr int max_world_size = 1024;
+
 /// How one member joins a group.
 struct group_config {
   /// Group name: unique per member; prefixes every rendezvous key.
   std::string name;
-  /// Number of members, >= 1.
+  /// Number of members, in [1, max_world_size].
   int world_size = 0;
   /// This member's rank in [0, world_size).
   int rank = -1;
@@ -130,6 +136,16 @@ class group : public std::enable_shared_from_this<group> {
   /// Blocks until every operation submitted so far has finished.
   void drain();
 
+  /// What destroy_collective_group does: refuses every later operation
+  /// (errc::aborted, "destroyed"), waits for the submitted ones, then closes
+  /// the backend in the calling thread (a healthy Gloo group meets its peers
+  /// in its shutdown barrier first). Handles kept from get_group() stay
+  /// valid objects but run nothing more. Blocks; idempotent.
+  void close();
+
+  /// Whether close() was called.
+  bool closed() const noexcept { return closed_.load(); }
+
   /// The context errors of this member carry.
   error_context context(op_kind op, int64_t seq) const noexcept;
 
@@ -160,6 +176,7 @@ class group : public std::enable_shared_from_this<group> {
   std::mutex backend_mtx_; // guards backend_ against abort() from outside
   work formed_; // completes when the backend exists (or formation failed)
   std::atomic<bool> broken_{false};
+  std::atomic<bool> closed_{false}; // set under submit_mtx_
   mutable std::mutex broken_mtx_;
   caf::error broken_reason_;
   // Collective sequence numbers are the data plane's tags, so every rank

@@ -33,6 +33,11 @@ inline constexpr std::array<op_kind, 13> all_op_kinds = {
   op_kind::barrier,
 };
 
+/// Whether `op` is one of the enumerators above (see is_valid(dtype)).
+constexpr bool is_valid(op_kind op) noexcept {
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(op_kind::barrier);
+}
+
 std::string_view to_string(op_kind op) noexcept;
 
 std::optional<op_kind> parse_op_kind(std::string_view name) noexcept;

@@ -33,13 +33,19 @@ inline constexpr std::array<reduce_op, 8> all_reduce_ops = {
   reduce_op::avg, reduce_op::band,    reduce_op::bor, reduce_op::bxor,
 };
 
+/// Whether `op` is one of the enumerators above (see is_valid(dtype)).
+constexpr bool is_valid(reduce_op op) noexcept {
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(reduce_op::bxor);
+}
+
 constexpr bool is_bitwise(reduce_op op) noexcept {
   return op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
 }
 
-/// Whether `op` is defined on elements of type `t`.
+/// Whether `op` is defined on elements of type `t` (both valid, bitwise
+/// ops only on integers).
 constexpr bool is_defined(reduce_op op, dtype t) noexcept {
-  return !is_bitwise(op) || is_integral(t);
+  return is_valid(op) && is_valid(t) && (!is_bitwise(op) || is_integral(t));
 }
 
 std::string_view to_string(reduce_op op) noexcept;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -19,11 +20,24 @@ namespace caf_collective {
 using shape_type = std::vector<int64_t>;
 
 /// Number of elements of a shape: the product of its extents (1 for a
-/// scalar, i.e. an empty shape).
+/// scalar, i.e. an empty shape); 0 when an extent is negative or the product
+/// does not fit in size_t (shape_defect says which).
 size_t numel_of(const shape_type& shape) noexcept;
+
+/// Why `shape` of `type` elements describes no memory: a negative extent, an
+/// element count or a byte size beyond size_t, or a dtype outside the enum;
+/// null for a well-formed one. Sizes never wrap around silently.
+const char* shape_defect(const shape_type& shape, dtype type) noexcept;
+
+/// "{2, 3}": a shape for error messages.
+std::string to_string(const shape_type& shape);
 
 /// A non-owning, contiguous view {data, dtype, shape, device}. The caller
 /// keeps the memory alive for as long as an operation uses the view.
+///
+/// A view whose shape or dtype describes no memory (see shape_defect) is
+/// malformed: it has no elements, and every operation refuses it with
+/// errc::invalid_argument instead of moving nothing.
 class tensor_view {
  public:
   tensor_view() = default;
@@ -31,7 +45,8 @@ class tensor_view {
   tensor_view(void* data, dtype type, shape_type shape,
               device dev = device::cpu());
 
-  /// A one-dimensional view of `count` elements.
+  /// A one-dimensional view of `count` elements (malformed when `count`
+  /// exceeds the largest extent, INT64_MAX).
   tensor_view(void* data, dtype type, size_t count, device dev = device::cpu());
 
   void* data() const noexcept { return data_; }
@@ -51,6 +66,9 @@ class tensor_view {
 
   size_t nbytes() const noexcept { return numel_ * size_of(type_); }
 
+  /// Why this view is malformed; null when it is well-formed.
+  const char* defect() const noexcept { return defect_; }
+
   /// The elements [first, first + count) as a one-dimensional view.
   tensor_view slice(size_t first, size_t count) const noexcept;
 
@@ -60,6 +78,7 @@ class tensor_view {
   shape_type shape_;
   device dev_;
   size_t numel_ = 0;
+  const char* defect_ = nullptr;
 };
 
 /// Maps C++ element types to dtypes (uint16_t is not mapped: float16 and

@@ -54,6 +54,25 @@ group_ptr find_group(std::string_view group_name) {
   return i == tbl.groups.end() ? nullptr : i->second;
 }
 
+// The in-place forms take the peer or root both as an argument and in their
+// options. A different explicit value in the options is a caller error, not
+// something to overwrite silently. The options' defaults (-1 for a peer, 0
+// for a root) count as "not given": a root of 0 in the options cannot be
+// told apart from the default and so never conflicts.
+work refuse_conflict(std::string_view group_name, op_kind op,
+                     const char* argument, int given, const char* field,
+                     int in_options, int unset) {
+  if (in_options == unset || in_options == given) return {};
+  error_context where;
+  where.group = group_name;
+  where.op = static_cast<int64_t>(op);
+  return work::completed(
+    0, make_error(errc::invalid_argument, where,
+                  std::string{argument} + " " + std::to_string(given) +
+                    " conflicts with options." + field + " " +
+                    std::to_string(in_options) + " (give it once)"));
+}
+
 template<class Submit>
 void run_blocking(Submit submit) {
   detail::run_inline_scope allow_inline;
@@ -118,8 +137,9 @@ void destroy_collective_group(std::string_view group_name) {
     tbl.groups.erase(i);
   }
   // Outside the lock: the caller may free its buffers once we return, so
-  // every queued operation must be over by then.
-  victim->drain();
+  // every queued operation must be over by then. Handles from get_group()
+  // may outlive this call; they refuse every later operation.
+  victim->close();
 }
 
 bool is_group_initialized(std::string_view group_name) {
@@ -146,24 +166,40 @@ group_ptr get_group(std::string_view group_name) {
 
 work send_async(const tensor_view& tensor, int dst_rank,
                 std::string_view group_name, send_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::send, "dst_rank",
+                                     dst_rank, "peer", opts.peer, -1);
+      refused.valid())
+    return refused;
   opts.peer = dst_rank;
   return get_group(group_name)->send(tensor, opts);
 }
 
 work recv_async(const tensor_view& tensor, int src_rank,
                 std::string_view group_name, recv_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::recv, "src_rank",
+                                     src_rank, "peer", opts.peer, -1);
+      refused.valid())
+    return refused;
   opts.peer = src_rank;
   return get_group(group_name)->recv(tensor, opts);
 }
 
 work broadcast_async(const tensor_view& tensor, int src_rank,
                      std::string_view group_name, broadcast_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::broadcast, "src_rank",
+                                     src_rank, "root", opts.root, 0);
+      refused.valid())
+    return refused;
   opts.root = src_rank;
   return get_group(group_name)->broadcast(tensor, tensor, opts);
 }
 
 work reduce_async(const tensor_view& tensor, int dst_rank,
                   std::string_view group_name, reduce_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::reduce, "dst_rank",
+                                     dst_rank, "root", opts.root, 0);
+      refused.valid())
+    return refused;
   opts.root = dst_rank;
   return get_group(group_name)->reduce(tensor, tensor, opts);
 }

@@ -148,6 +148,22 @@ void group::drain() {
   sends_done.wait();
 }
 
+void group::close() {
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    if (closed_.exchange(true)) return;
+  }
+  drain();
+  backend_ptr victim;
+  {
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    if (backend_ && broken()) backend_->abort("destroying a broken group");
+    victim = std::move(backend_);
+  }
+  // Nothing runs on the lanes any more: shut the backend down here.
+  victim.reset();
+}
+
 error_context group::context(op_kind op, int64_t seq) const noexcept {
   return {cfg_.name, op, seq, cfg_.rank, cfg_.world_size};
 }
@@ -166,6 +182,11 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
+    if (closed_)
+      return work::completed(
+        0, make_error(errc::aborted, context(op, -1),
+                      "the group was destroyed; this handle runs nothing "
+                      "more (initialize the group again)"));
     bool p2p = op == op_kind::send || op == op_kind::recv;
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);

@@ -1,6 +1,5 @@
 #include "validate.hpp"
 
-#include <numeric>
 #include <string_view>
 
 namespace caf_collective::detail {
@@ -12,12 +11,30 @@ std::string describe(const tensor_view& x) {
          " elements on " + to_string(x.dev());
 }
 
+// "float32", or "dtype 77" for a value outside the enum.
+std::string name_of(dtype type) {
+  if (is_valid(type)) return std::string{to_string(type)};
+  return "dtype " + std::to_string(static_cast<int>(type));
+}
+
 caf::error invalid(const call_site& at, std::string detail) {
   return make_error(errc::invalid_argument, at.where, std::move(detail));
 }
 
+// A malformed view has no elements; without this check an operation on it
+// would "succeed" while moving nothing.
+caf::error check_well_formed(const call_site& at, const char* name,
+                             const tensor_view& x) {
+  if (x.defect() != nullptr)
+    return invalid(at, std::string{name} + " is malformed: shape " +
+                         to_string(x.shape()) + " of " + name_of(x.type()) +
+                         " has " + x.defect());
+  return {};
+}
+
 caf::error check_buffer(const call_site& at, const char* name,
                         const tensor_view& x) {
+  if (auto err = check_well_formed(at, name, x)) return err;
   if (x.data() == nullptr && x.numel() > 0)
     return invalid(at, std::string{name} + " has " + std::to_string(x.numel()) +
                          " elements but a null data pointer");
@@ -55,6 +72,10 @@ caf::error check_count(const call_site& at, const char* name,
 }
 
 caf::error check_reduce_op(const call_site& at, reduce_op op, dtype type) {
+  if (!is_valid(op))
+    return invalid(at, "reduce op " + std::to_string(static_cast<int>(op)) +
+                         " is not one of sum, product, min, max, avg, band, "
+                         "bor, bxor");
   if (!is_defined(op, type))
     return invalid(at, "reduce op " + std::string{to_string(op)} +
                          " is not defined on " + std::string{to_string(type)} +
@@ -72,8 +93,23 @@ caf::error check_counts_vector(const call_site& at, const char* name,
   return {};
 }
 
-size_t sum_of(const std::vector<size_t>& xs) {
-  return std::accumulate(xs.begin(), xs.end(), size_t{0});
+// The sum of `counts` elements of `type`, or an error when the sum (or its
+// size in bytes) does not fit in size_t: a wrapped sum would pass the size
+// checks with buffers far too small.
+caf::error checked_sum(const call_site& at, const char* name,
+                       const std::vector<size_t>& counts, dtype type,
+                       size_t& sum) {
+  sum = 0;
+  for (auto count : counts)
+    if (__builtin_add_overflow(sum, count, &sum))
+      return invalid(at, std::string{name} +
+                           ": the sum of the counts does not fit in size_t");
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(sum, size_of(type), &bytes))
+    return invalid(at, std::string{name} + ": " + std::to_string(sum) + " " +
+                         name_of(type) +
+                         " elements do not fit in size_t bytes");
+  return {};
 }
 
 // Returns the first failure. Every check runs (they are cheap: text is
@@ -95,6 +131,12 @@ caf::error validate_config(const group_config& cfg) {
     return make_error(errc::invalid_argument, where + "world size " +
                                                 std::to_string(cfg.world_size) +
                                                 " must be at least 1");
+  if (cfg.world_size > max_world_size)
+    return make_error(errc::invalid_argument,
+                      where + "world size " + std::to_string(cfg.world_size) +
+                        " exceeds the limit of " +
+                        std::to_string(max_world_size) +
+                        " ranks (every member keeps one connection per peer)");
   if (cfg.rank < 0 || cfg.rank >= cfg.world_size)
     return make_error(errc::invalid_argument,
                       where + "rank " + std::to_string(cfg.rank) +
@@ -143,7 +185,8 @@ caf::error check_broadcast(const call_site& at, const tensor_view& in,
                            const tensor_view& out,
                            const broadcast_options& opts) {
   if (auto err = first_of(check_rank(at, "root", opts.root),
-                          check_buffer(at, "output", out)))
+                          check_buffer(at, "output", out),
+                          check_well_formed(at, "input", in)))
     return err;
   // Off the root the input is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
@@ -157,6 +200,7 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
                         const tensor_view& out, const reduce_options& opts) {
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "input", in),
+                          check_well_formed(at, "output", out),
                           check_reduce_op(at, opts.op, in.type())))
     return err;
   // Off the root the output is unused: it may be empty, but
@@ -170,6 +214,10 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
 caf::error check_allreduce(const call_site& at, const tensor_view& in,
                            const tensor_view& out,
                            const allreduce_options& opts) {
+  if (opts.algorithm > allreduce_algorithm::ring_options_api)
+    return invalid(at, "allreduce algorithm " +
+                         std::to_string(static_cast<int>(opts.algorithm)) +
+                         " is not one of the enum's values");
   return first_of(
     check_buffer(at, "input", in), check_buffer(at, "output", out),
     check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type()),
@@ -187,18 +235,24 @@ caf::error check_allgather(const call_site& at, const tensor_view& in,
 caf::error check_allgatherv(const call_site& at, const tensor_view& in,
                             const tensor_view& out,
                             const allgatherv_options& opts) {
-  if (auto err = check_counts_vector(at, "counts", opts.counts)) return err;
+  size_t total = 0;
+  if (auto err =
+        first_of(check_counts_vector(at, "counts", opts.counts),
+                 check_buffer(at, "input", in), check_buffer(at, "output", out),
+                 check_same_type(at, in, out)))
+    return err;
+  if (auto err = checked_sum(at, "counts", opts.counts, in.type(), total))
+    return err;
   return first_of(
-    check_buffer(at, "input", in), check_buffer(at, "output", out),
-    check_same_type(at, in, out),
     check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
-    check_count(at, "output", out, sum_of(opts.counts), "sum of counts"));
+    check_count(at, "output", out, total, "sum of counts"));
 }
 
 caf::error check_gather(const call_site& at, const tensor_view& in,
                         const tensor_view& out, const gather_options& opts) {
   if (auto err = first_of(check_rank(at, "root", opts.root),
-                          check_buffer(at, "input", in)))
+                          check_buffer(at, "input", in),
+                          check_well_formed(at, "output", out)))
     return err;
   // Off the root the output is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
@@ -211,7 +265,8 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
 caf::error check_scatter(const call_site& at, const tensor_view& in,
                          const tensor_view& out, const scatter_options& opts) {
   if (auto err = first_of(check_rank(at, "root", opts.root),
-                          check_buffer(at, "output", out)))
+                          check_buffer(at, "output", out),
+                          check_well_formed(at, "input", in)))
     return err;
   // Off the root the input is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
@@ -253,14 +308,22 @@ caf::error check_alltoall(const call_site& at, const tensor_view& in,
 caf::error check_alltoallv(const call_site& at, const tensor_view& in,
                            const tensor_view& out,
                            const alltoallv_options& opts) {
-  return first_of(check_counts_vector(at, "send_counts", opts.send_counts),
-                  check_counts_vector(at, "recv_counts", opts.recv_counts),
-                  check_buffer(at, "input", in),
-                  check_buffer(at, "output", out), check_same_type(at, in, out),
-                  check_count(at, "input", in, sum_of(opts.send_counts),
-                              "sum of send_counts"),
-                  check_count(at, "output", out, sum_of(opts.recv_counts),
-                              "sum of recv_counts"));
+  if (auto err =
+        first_of(check_counts_vector(at, "send_counts", opts.send_counts),
+                 check_counts_vector(at, "recv_counts", opts.recv_counts),
+                 check_buffer(at, "input", in), check_buffer(at, "output", out),
+                 check_same_type(at, in, out)))
+    return err;
+  // Sequenced: the size checks read the sums.
+  size_t sent = 0;
+  size_t received = 0;
+  if (auto err = first_of(
+        checked_sum(at, "send_counts", opts.send_counts, in.type(), sent),
+        checked_sum(at, "recv_counts", opts.recv_counts, in.type(), received)))
+    return err;
+  return first_of(
+    check_count(at, "input", in, sent, "sum of send_counts"),
+    check_count(at, "output", out, received, "sum of recv_counts"));
 }
 
 } // namespace caf_collective::detail

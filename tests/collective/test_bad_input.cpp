@@ -12,56 +12,14 @@
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
+using test::check_error;
+using test::expect_error;
+using test::expect_usable;
 using test::rank_log;
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-/// Runs `fn`, expects a collective_error with `code` whose what() contains
-/// every string of `needles`.
-template<class Fn>
-void expect_error(rank_log& log, const std::string& what, col::errc code,
-                  std::initializer_list<std::string> needles, Fn&& fn) {
-  auto e = test::expect_throw(log, what, std::forward<Fn>(fn));
-  if (!e.error()) return; // already recorded
-  std::string text = e.what();
-  if (e.code() != code)
-    log.fail(what + ": code " + std::string{col::to_string(e.code())} +
-             ", expected " + std::string{col::to_string(code)} + " (" + text +
-             ")");
-  for (auto& needle : needles)
-    if (text.find(needle) == std::string::npos)
-      log.fail(what + ": message does not mention '" + needle + "': " + text);
-}
-
-/// The same check in the test thread.
-template<class Fn>
-void check_error(col::errc code, std::initializer_list<std::string> needles,
-                 Fn&& fn) {
-  rank_log log;
-  expect_error(log, "call", code, needles, std::forward<Fn>(fn));
-  for (auto& msg : log.messages())
-    FAIL_CHECK(msg);
-  CHECK(log.failures() == 0);
-}
-
-/// A correct allreduce (sum of int64 over the group), to show the group
-/// still works after a refused call.
-void expect_usable(rank_log& log, const std::string& group, int world,
-                   int rank) {
-  auto x = col::tensor::from_vector(std::vector<int64_t>{rank + 1, 10});
-  try {
-    col::allreduce(x, group);
-  } catch (const std::exception& e) {
-    log.fail("allreduce after bad input failed: " + std::string{e.what()});
-    return;
-  }
-  auto p = static_cast<int64_t*>(x.data());
-  log.expect(p[0] == world * (world + 1) / 2 && p[1] == 10 * world,
-             "allreduce after bad input returned a wrong sum");
-  log.expect(!col::get_group(group)->broken(), "group is marked broken");
-}
 
 } // namespace
 

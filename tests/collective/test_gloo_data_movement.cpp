@@ -467,8 +467,8 @@ TEST_CASE("a collective after a send between two of three ranks") {
         for (int r = 0; r < 3; ++r) {
           auto part = pattern(t, r, 0, 8, round);
           auto* p = static_cast<const int64_t*>(part.data());
-          for (size_t i = 0; i < 8; ++i)
-            e[i] = (r == 0 ? 0 : e[i]) + p[i];
+          for (size_t i = 0; i < 8; ++i) // unsigned: the sum wraps
+            e[i] = int64_t((r == 0 ? 0 : uint64_t(e[i])) + uint64_t(p[i]));
         }
         log.expect_equal("allreduce after p2p, round " + std::to_string(round),
                          sum, expected);

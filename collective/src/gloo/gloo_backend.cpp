@@ -77,11 +77,18 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
     return make_error(
       errc::timeout, context(op, call),
       "not finished within " + std::to_string(call.timeout.count()) +
-        " ms (a peer did not call or is too slow); Gloo: " + what);
+        " ms: a peer did not call this operation, is too slow, or called it "
+        "with other arguments (op, dtype, element count, root and reduce op "
+        "must match on every rank); Gloo: " +
+        what);
   if (contains("Connection closed") || contains("reset by peer") ||
-      contains("Broken pipe") || contains("Connection refused"))
+      contains("Broken pipe") || contains("Connection refused")) {
+    auto peer = name_peer(what);
     return make_error(errc::peer_lost, context(op, call),
-                      "connection to a peer lost; Gloo: " + what);
+                      "connection to " +
+                        (peer.empty() ? std::string{"a peer"} : peer) +
+                        " lost; Gloo: " + what);
+  }
   return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
 }
 
@@ -107,18 +114,25 @@ void gloo_backend::warm_up(size_t bytes) {
   // leaves a 4.6 KiB buffer and later 16-256 KiB messages stall on delayed
   // ACKs (88 ms per call here). One large message per connection first pins
   // the buffer at the kernel's maximum instead.
+  constexpr size_t address_bytes = 256;
   auto peers = static_cast<size_t>(world_size_ - 1);
   std::vector<std::byte> out(bytes * peers);
   std::vector<std::byte> in(bytes * peers);
   std::vector<std::unique_ptr<gloo::transport::Buffer>> sends;
   std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs;
+  std::vector<int> ranks;
   auto slot = context_->nextSlot();
   size_t offset = 0;
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
     auto& pair = context_->getPair(peer);
+    // Our end's address of this connection is the peer's "peer address":
+    // the one Gloo names when the connection breaks.
+    auto self = pair->address().str().substr(0, address_bytes - 1);
+    std::memcpy(out.data() + offset, self.c_str(), self.size() + 1);
     recvs.push_back(pair->createRecvBuffer(slot, in.data() + offset, bytes));
     sends.push_back(pair->createSendBuffer(slot, out.data() + offset, bytes));
+    ranks.push_back(peer);
     offset += bytes;
   }
   for (auto& buf : sends)
@@ -127,6 +141,18 @@ void gloo_backend::warm_up(size_t bytes) {
     buf->waitRecv();
   for (auto& buf : sends)
     buf->waitSend();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    auto* text = reinterpret_cast<const char*>(in.data() + i * bytes);
+    peer_addresses_.emplace_back(
+      std::string{text, strnlen(text, address_bytes)}, ranks[i]);
+  }
+}
+
+std::string gloo_backend::name_peer(const std::string& gloo_message) const {
+  for (const auto& [address, rank] : peer_addresses_)
+    if (!address.empty() && gloo_message.find(address) != std::string::npos)
+      return "rank " + std::to_string(rank) + " (" + address + ")";
+  return {};
 }
 
 caf::error gloo_backend::send(const op_call& call, const tensor_view& in,

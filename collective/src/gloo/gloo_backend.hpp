@@ -8,10 +8,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gloo/algorithm.h>
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
+
+#include <caf/expected.hpp>
 
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
@@ -109,7 +113,9 @@ class gloo_backend : public backend {
   }
 
   /// Sends one message of `bytes` to and from every peer so that each
-  /// connection's buffers are sized before the first real operation.
+  /// connection's buffers are sized before the first real operation. The
+  /// message starts with the sender's address of that connection, so a
+  /// lost connection can later be reported by rank (see name_peer).
   void warm_up(size_t bytes);
 
  private:
@@ -120,13 +126,37 @@ class gloo_backend : public backend {
   /// with the algorithm options pick.
   void allreduce_carrier(const op_call& call, void* data, dtype carrier,
                          size_t count, reduce_op op,
-                         allreduce_algorithm algorithm);
+                         allreduce_algorithm algorithm, uint64_t pass = 0);
 
-  cached_allreduce& legacy_instance(allreduce_algorithm algorithm,
+  /// gloo::reduce of `count` carrier elements into `target` on `root`;
+  /// `pass` tells apart the passes of one operation.
+  void reduce_carrier(const op_call& call, void* source, void* target,
+                      dtype carrier, size_t count, reduce_op op, int root,
+                      uint64_t pass);
+
+  cached_allreduce& legacy_instance(const op_call& call,
+                                    allreduce_algorithm algorithm,
                                     dtype carrier, size_t count, reduce_op op);
 
   void ring_reduce_scatter(const op_call& call, std::byte* work, std::byte* out,
-                           dtype carrier, size_t block, reduce_op op);
+                           dtype carrier, size_t block, reduce_op op,
+                           uint64_t pass);
+
+  /// The agreement step of allgatherv / alltoallv (gloo_agreement.cpp):
+  /// every rank learns every rank's dtype and counts; `mismatch` naming the
+  /// ranks when they do not fit together.
+  caf::error agree_allgatherv(const op_call& call, dtype type,
+                              const std::vector<size_t>& counts);
+  caf::error agree_alltoallv(const op_call& call, dtype type,
+                             const std::vector<size_t>& sends,
+                             const std::vector<size_t>& recvs);
+  caf::expected<std::vector<uint64_t>>
+  exchange_headers(op_kind op, const op_call& call,
+                   const std::vector<uint64_t>& mine);
+
+  /// "rank 2 ([127.0.0.1]:41234)" when Gloo's message names the address of
+  /// a peer's end of one of our connections, else an empty string.
+  std::string name_peer(const std::string& gloo_message) const;
 
   std::string group_name_;
   int rank_;
@@ -134,7 +164,11 @@ class gloo_backend : public backend {
   std::shared_ptr<gloo::Context> context_;
   scratch_buffer scratch_;
   scratch_buffer scratch_recv_;
+  scratch_buffer scratch_avg_; // int64 avg's second pass (reduce_kernels)
   std::list<cached_allreduce> legacy_cache_;
+  // The peer's address of each connection (as Gloo prints it) -> its rank;
+  // filled once by warm_up.
+  std::vector<std::pair<std::string, int>> peer_addresses_;
   std::atomic<bool> aborted_{false};
   std::mutex abort_mtx_;
   std::string abort_reason_;

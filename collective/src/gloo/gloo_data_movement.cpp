@@ -41,9 +41,10 @@ caf::error gloo_backend::broadcast(const op_call& call, const tensor_view& in,
     if (rank_ == bopts.root) copy_bytes(out, in);
     if (world_size_ == 1 || out.nbytes() == 0) return;
     gloo::BroadcastOptions opts{context_};
-    tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::broadcast), out.nbytes(),
-                                   uint64_t(bopts.root)}));
+    tag_and_timeout(
+      opts, call,
+      agreement_key({uint64_t(op_kind::broadcast), out.numel(),
+                     uint64_t(out.type()), uint64_t(bopts.root)}));
     opts.setRoot(bopts.root);
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::broadcast(opts);
@@ -58,7 +59,8 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AllgatherOptions opts{context_};
     tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::allgather), in.nbytes()}));
+                    agreement_key({uint64_t(op_kind::allgather), in.numel(),
+                                   uint64_t(in.type())}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::allgather(opts);
@@ -68,6 +70,8 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
 caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
                                     const tensor_view& out,
                                     const allgatherv_options& vopts) {
+  if (world_size_ > 1)
+    if (auto err = agree_allgatherv(call, in.type(), vopts.counts)) return err;
   return guarded(op_kind::allgatherv, call, [&] {
     if (out.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
@@ -75,9 +79,10 @@ caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
     for (auto count : vopts.counts)
       byte_counts.push_back(count * size_of(in.type()));
     gloo::AllgathervOptions opts{context_};
+    // Ranks agreed on dtype and counts above.
     tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::allgatherv), out.nbytes(),
-                                   vopts.counts.size()}));
+                    agreement_key({uint64_t(op_kind::allgatherv), out.numel(),
+                                   uint64_t(in.type())}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), std::move(byte_counts));
     gloo::allgatherv(opts);
@@ -92,8 +97,8 @@ caf::error gloo_backend::gather(const op_call& call, const tensor_view& in,
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::GatherOptions opts{context_};
     tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::gather), in.nbytes(),
-                                   uint64_t(gopts.root)}));
+                    agreement_key({uint64_t(op_kind::gather), in.numel(),
+                                   uint64_t(in.type()), uint64_t(gopts.root)}));
     opts.setRoot(gopts.root);
     opts.setInput(bytes_of(in), in.nbytes());
     if (rank_ == gopts.root) opts.setOutput(bytes_of(out), out.nbytes());
@@ -108,9 +113,10 @@ caf::error gloo_backend::scatter(const op_call& call, const tensor_view& in,
     if (out.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::ScatterOptions opts{context_};
-    tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::scatter), out.nbytes(),
-                                   uint64_t(sopts.root)}));
+    tag_and_timeout(
+      opts, call,
+      agreement_key({uint64_t(op_kind::scatter), out.numel(),
+                     uint64_t(out.type()), uint64_t(sopts.root)}));
     opts.setRoot(sopts.root);
     if (rank_ == sopts.root) {
       std::vector<uint8_t*> blocks;
@@ -131,7 +137,8 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
     if (world_size_ == 1) return copy_bytes(out, in);
     gloo::AlltoallOptions opts{context_};
     tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::alltoall), in.nbytes()}));
+                    agreement_key({uint64_t(op_kind::alltoall), in.numel(),
+                                   uint64_t(in.type())}));
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::alltoall(opts);
@@ -141,6 +148,10 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
 caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const alltoallv_options& vopts) {
+  if (world_size_ > 1)
+    if (auto err = agree_alltoallv(call, in.type(), vopts.send_counts,
+                                   vopts.recv_counts))
+      return err;
   return guarded(op_kind::alltoallv, call, [&] {
     if (world_size_ == 1) return copy_bytes(out, in);
     auto to_bytes = [&](const std::vector<size_t>& counts) {
@@ -150,7 +161,10 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
       return result;
     };
     gloo::AlltoallvOptions opts{context_};
-    tag_and_timeout(opts, call, agreement_key({uint64_t(op_kind::alltoallv)}));
+    // Ranks agreed on dtype and counts above.
+    tag_and_timeout(
+      opts, call,
+      agreement_key({uint64_t(op_kind::alltoallv), uint64_t(in.type())}));
     opts.setInput(bytes_of(in), to_bytes(vopts.send_counts));
     opts.setOutput(bytes_of(out), to_bytes(vopts.recv_counts));
     gloo::alltoallv(opts);

@@ -22,13 +22,14 @@ namespace caf_collective::detail {
 
 void gloo_backend::ring_reduce_scatter(const op_call& call, std::byte* work,
                                        std::byte* inbox, dtype carrier,
-                                       size_t block, reduce_op op) {
+                                       size_t block, reduce_op op,
+                                       uint64_t pass) {
   auto p = world_size_;
   auto block_bytes = block * size_of(carrier);
   auto kernel = kernel_of(carrier, op);
   auto slot = reduce_scatter_slot(
     tag_of(call.seq, agreement_key({uint64_t(op_kind::reduce_scatter), block,
-                                    uint64_t(carrier), uint64_t(op)})));
+                                    uint64_t(carrier), uint64_t(op), pass})));
   auto right = (rank_ + 1) % p;
   auto left = (rank_ + p - 1) % p;
   auto work_buf = context_->createUnboundBuffer(work, block_bytes * p);
@@ -62,6 +63,22 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
     auto block = out.numel();
     if (block == 0) return;
     auto total = in.numel();
+    if (needs_split_avg(in.type(), opts.op) && world_size_ > 1) {
+      auto* q = scratch_.reserve(in.nbytes());
+      auto* r = scratch_avg_.reserve(in.nbytes());
+      split_for_avg(in.data_as<int64_t>(), reinterpret_cast<int64_t*>(q),
+                    reinterpret_cast<int64_t*>(r), total, world_size_);
+      auto* inbox = scratch_recv_.reserve(2 * out.nbytes());
+      ring_reduce_scatter(call, q, inbox, dtype::int64, block, reduce_op::sum,
+                          0);
+      ring_reduce_scatter(call, r, inbox, dtype::int64, block, reduce_op::sum,
+                          1);
+      auto mine = static_cast<size_t>(rank_) * out.nbytes();
+      join_avg(reinterpret_cast<int64_t*>(q + mine),
+               reinterpret_cast<int64_t*>(r + mine), out.data_as<int64_t>(),
+               block, world_size_);
+      return;
+    }
     auto carrier = carrier_of(in.type(), opts.op);
     auto carrier_size = size_of(carrier);
     auto* work = scratch_.reserve(total * carrier_size);
@@ -71,7 +88,7 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
       convert(in.data(), in.type(), work, carrier, total);
     if (world_size_ > 1) {
       auto* inbox = scratch_recv_.reserve(2 * block * carrier_size);
-      ring_reduce_scatter(call, work, inbox, carrier, block, opts.op);
+      ring_reduce_scatter(call, work, inbox, carrier, block, opts.op, 0);
     }
     auto* mine = work + static_cast<size_t>(rank_) * block * carrier_size;
     if (opts.op == reduce_op::avg) divide(mine, carrier, block, world_size_);

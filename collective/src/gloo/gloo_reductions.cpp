@@ -8,6 +8,7 @@
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/barrier.h>
 #include <gloo/reduce.h>
 
 #include "gloo/gloo_backend.hpp"
@@ -18,11 +19,16 @@ namespace caf_collective::detail {
 
 namespace {
 
-// Size classes of the automatic choice, from docs/benchmarks.md: the legacy
-// ring wins up to 32 KiB; up to 512 KiB the legacy algorithms still beat
-// the options-API ring (ring for 2 ranks, halving-doubling for more);
-// above that the options-API ring is best or tied and needs no copies.
-constexpr size_t small_allreduce_bytes = 32 * 1024;
+// Size class of the automatic choice, from docs/benchmarks.md: up to
+// 512 KiB the legacy algorithms beat the options-API ring; above that the
+// options-API ring is best or tied and needs no copies.
+//
+// Every rank must end with bitwise the same result (replicas of a model
+// drift otherwise). Algorithms that reduce each element once and then copy
+// it (halving-doubling, the options-API ring, bcube) give that; the legacy
+// ring lets every rank sum in its own order, which is the same result only
+// for two ranks (x + y == y + x). So the ring is chosen for two ranks only,
+// although it was the fastest up to 32 KiB for more.
 constexpr size_t medium_allreduce_bytes = 512 * 1024;
 
 // Legacy algorithm instances kept per group; the key sequence is the same
@@ -71,7 +77,8 @@ bool is_legacy(allreduce_algorithm algorithm) {
 
 } // namespace
 
-cached_allreduce& gloo_backend::legacy_instance(allreduce_algorithm algorithm,
+cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
+                                                allreduce_algorithm algorithm,
                                                 dtype carrier, size_t count,
                                                 reduce_op op) {
   auto key_op = op == reduce_op::avg ? reduce_op::sum : op;
@@ -106,12 +113,25 @@ cached_allreduce& gloo_backend::legacy_instance(allreduce_algorithm algorithm,
         key_op);
     });
   legacy_cache_.push_front(std::move(entry));
+  // Legacy algorithms write into buffers bound to slots. A message that
+  // reaches a rank before it has bound the slot stalls that connection's
+  // reader until it does; if the rank is still waiting for a message behind
+  // it on the same connection (a recv posted before this allreduce), both
+  // wait forever. Nobody sends into the new slots before every rank has
+  // bound them.
+  gloo::BarrierOptions ready{context_};
+  ready.setTag(
+    tag_of(call.seq, agreement_key({uint64_t(op_kind::allreduce), 0x626f756eu,
+                                    uint64_t(algo), count})));
+  ready.setTimeout(call.timeout);
+  gloo::barrier(ready);
   return legacy_cache_.front();
 }
 
 void gloo_backend::allreduce_carrier(const op_call& call, void* data,
                                      dtype carrier, size_t count, reduce_op op,
-                                     allreduce_algorithm algorithm) {
+                                     allreduce_algorithm algorithm,
+                                     uint64_t pass) {
   auto bytes = count * size_of(carrier);
   // Legacy algorithms wait with the timeout their pairs were created with
   // (the group's); an op with a shorter deadline takes the options API,
@@ -120,13 +140,13 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
     bool legacy_ok = call.timeout >= context_->getTimeout();
     if (!legacy_ok || bytes > medium_allreduce_bytes)
       algorithm = allreduce_algorithm::ring_options_api;
-    else if (bytes <= small_allreduce_bytes || world_size_ == 2)
+    else if (world_size_ == 2)
       algorithm = allreduce_algorithm::ring;
     else
       algorithm = allreduce_algorithm::halving_doubling;
   }
   if (is_legacy(algorithm)) {
-    auto& cached = legacy_instance(algorithm, carrier, count, op);
+    auto& cached = legacy_instance(call, algorithm, carrier, count, op);
     std::memcpy(cached.buffer.get(), data, bytes);
     cached.instance->run();
     std::memcpy(data, cached.buffer.get(), bytes);
@@ -135,7 +155,7 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
   gloo::AllreduceOptions opts{context_};
   opts.setTag(
     tag_of(call.seq, agreement_key({uint64_t(op_kind::allreduce), count,
-                                    uint64_t(carrier), uint64_t(op)})));
+                                    uint64_t(carrier), uint64_t(op), pass})));
   opts.setTimeout(call.timeout);
   opts.setAlgorithm(algorithm == allreduce_algorithm::bcube
                       ? gloo::AllreduceOptions::Algorithm::BCUBE
@@ -155,6 +175,17 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
   return guarded(op_kind::allreduce, call, [&] {
     auto count = in.numel();
     if (count == 0) return;
+    if (needs_split_avg(in.type(), opts.op) && world_size_ > 1) {
+      auto* q = out.data_as<int64_t>();
+      auto* r = reinterpret_cast<int64_t*>(scratch_.reserve(in.nbytes()));
+      split_for_avg(in.data_as<int64_t>(), q, r, count, world_size_);
+      allreduce_carrier(call, q, dtype::int64, count, reduce_op::sum,
+                        opts.algorithm, 0);
+      allreduce_carrier(call, r, dtype::int64, count, reduce_op::sum,
+                        opts.algorithm, 1);
+      join_avg(q, r, q, count, world_size_);
+      return;
+    }
     auto carrier = carrier_of(in.type(), opts.op);
     void* data = out.data();
     if (carrier == in.type()) {
@@ -172,6 +203,24 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
   });
 }
 
+void gloo_backend::reduce_carrier(const op_call& call, void* source,
+                                  void* target, dtype carrier, size_t count,
+                                  reduce_op op, int root, uint64_t pass) {
+  gloo::ReduceOptions opts{context_};
+  opts.setTag(tag_of(call.seq, agreement_key({uint64_t(op_kind::reduce), count,
+                                              uint64_t(carrier), uint64_t(op),
+                                              uint64_t(root), pass})));
+  opts.setTimeout(call.timeout);
+  opts.setRoot(root);
+  visit_carrier(carrier, [&](auto tag) {
+    using T = decltype(tag);
+    opts.setInput(static_cast<T*>(source), count);
+    opts.setOutput(static_cast<T*>(target), count);
+  });
+  opts.setReduceFunction(kernel_of(carrier, op));
+  gloo::reduce(opts);
+}
+
 caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
                                 const tensor_view& out,
                                 const reduce_options& ropts) {
@@ -179,6 +228,21 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
     auto count = in.numel();
     if (count == 0) return;
     bool is_root = rank_ == ropts.root;
+    if (needs_split_avg(in.type(), ropts.op) && world_size_ > 1) {
+      // Split first: the root's output may be its input.
+      auto bytes = in.nbytes();
+      auto* q = reinterpret_cast<int64_t*>(scratch_.reserve(bytes));
+      auto* r = reinterpret_cast<int64_t*>(scratch_avg_.reserve(bytes));
+      split_for_avg(in.data_as<int64_t>(), q, r, count, world_size_);
+      auto* r_sum = reinterpret_cast<int64_t*>(scratch_recv_.reserve(bytes));
+      auto* q_sum = is_root ? out.data_as<int64_t>() : r_sum;
+      reduce_carrier(call, q, q_sum, dtype::int64, count, reduce_op::sum,
+                     ropts.root, 0);
+      reduce_carrier(call, r, r_sum, dtype::int64, count, reduce_op::sum,
+                     ropts.root, 1);
+      if (is_root) join_avg(q_sum, r_sum, q_sum, count, world_size_);
+      return;
+    }
     auto carrier = carrier_of(in.type(), ropts.op);
     auto carrier_bytes = count * size_of(carrier);
     // Gloo reduces from one buffer into another; widen into scratch when
@@ -194,24 +258,11 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
     void* target = (is_root && carrier == in.type())
                      ? out.data()
                      : scratch_recv_.reserve(carrier_bytes);
-    if (world_size_ == 1) {
+    if (world_size_ == 1)
       std::memcpy(target, source, carrier_bytes);
-    } else {
-      gloo::ReduceOptions opts{context_};
-      opts.setTag(tag_of(
-        call.seq,
-        agreement_key({uint64_t(op_kind::reduce), count, uint64_t(carrier),
-                       uint64_t(ropts.op), uint64_t(ropts.root)})));
-      opts.setTimeout(call.timeout);
-      opts.setRoot(ropts.root);
-      visit_carrier(carrier, [&](auto tag) {
-        using T = decltype(tag);
-        opts.setInput(static_cast<T*>(source), count);
-        opts.setOutput(static_cast<T*>(target), count);
-      });
-      opts.setReduceFunction(kernel_of(carrier, ropts.op));
-      gloo::reduce(opts);
-    }
+    else
+      reduce_carrier(call, source, target, carrier, count, ropts.op, ropts.root,
+                     0);
     if (!is_root) return;
     if (ropts.op == reduce_op::avg) divide(target, carrier, count, world_size_);
     if (carrier != in.type())

@@ -9,6 +9,9 @@ namespace caf_collective::detail {
 
 /// Gloo expects exceptions from its store: errors of the wrapped store are
 /// thrown as gloo::IoException, which the backend turns back into errors.
+/// Every wait ends by one deadline, `timeout` after construction: Gloo
+/// waits for one key per peer, and a fresh timeout per key would stretch
+/// formation far past the group's deadline in large groups.
 class gloo_store_adapter : public gloo::rendezvous::Store {
  public:
   gloo_store_adapter(rendezvous_store_ptr store,
@@ -24,8 +27,10 @@ class gloo_store_adapter : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
+  std::chrono::milliseconds time_left(std::chrono::milliseconds limit) const;
+
   rendezvous_store_ptr store_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 } // namespace caf_collective::detail

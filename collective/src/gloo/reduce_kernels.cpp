@@ -198,4 +198,20 @@ void divide(void* data, dtype carrier, size_t n, int divisor) {
   });
 }
 
+void split_for_avg(const int64_t* x, int64_t* q, int64_t* r, size_t n, int d) {
+  for (size_t i = 0; i < n; ++i) {
+    auto value = x[i];
+    r[i] = value % d;
+    q[i] = value / d;
+  }
+}
+
+void join_avg(const int64_t* q, const int64_t* r, int64_t* out, size_t n,
+              int d) {
+  for (size_t i = 0; i < n; ++i) {
+    auto sum = static_cast<__int128>(q[i]) * d + r[i];
+    out[i] = static_cast<int64_t>(sum / d);
+  }
+}
+
 } // namespace caf_collective::detail

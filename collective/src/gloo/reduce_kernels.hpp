@@ -35,6 +35,22 @@ void convert(const void* src, dtype from, void* dst, dtype to, size_t n);
 /// C++ integer division (truncation toward zero) for integers.
 void divide(void* data, dtype carrier, size_t n, int divisor);
 
+/// int64 avg, exactly. The sum of the ranks' int64 values may not fit in
+/// int64, so each value splits into x = d * q + r (q = x / d, r = x % d,
+/// d the world size): the sums of q cannot overflow (|q| <= INT64_MAX / d)
+/// and the sums of r stay below d * d. Both are summed across ranks (two
+/// passes of an ordinary int64 sum), then join_avg forms (d * Q + R) / d in
+/// 128 bits, truncated toward zero like every integer avg. `x` and `q` may
+/// be the same buffer.
+void split_for_avg(const int64_t* x, int64_t* q, int64_t* r, size_t n, int d);
+void join_avg(const int64_t* q, const int64_t* r, int64_t* out, size_t n,
+              int d);
+
+/// Whether an avg on `type` needs the split above.
+constexpr bool needs_split_avg(dtype type, reduce_op op) noexcept {
+  return type == dtype::int64 && op == reduce_op::avg;
+}
+
 /// Invokes `fn(T{})` with the C++ type of a carrier dtype (not for
 /// float16/bfloat16, which are never carriers).
 template<class Fn>

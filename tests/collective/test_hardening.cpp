@@ -1,0 +1,462 @@
+// Regression tests of issue 9: valid use that used to hang, ranks that
+// disagree (an error on every rank, never a crash or mixed bytes), values
+// that must be refused, and float results identical on every rank.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <latch>
+#include <limits>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+using test::check_error;
+using test::expect_error;
+using test::expect_usable;
+using test::rank_log;
+
+namespace {
+
+/// Runs `body` on `world` ranks of a fresh Gloo group `name` whose
+/// operations time out after `timeout`; the ranks leave together.
+void run_short(int world, const std::string& name,
+               const std::function<void(int, rank_log&)>& body,
+               col::milliseconds timeout = 10s) {
+  auto store = col::make_in_process_store();
+  std::latch done{world};
+  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
+    col::init_collective_group(world, rank, "gloo", name,
+                               test::group_options(store, timeout));
+    body(rank, log);
+    done.arrive_and_wait();
+    col::destroy_collective_group(name);
+  });
+  test::check_ranks(results);
+}
+
+std::vector<int64_t> iota_values(size_t n, int64_t first) {
+  std::vector<int64_t> xs(n);
+  for (size_t i = 0; i < n; ++i)
+    xs[i] = first + static_cast<int64_t>(i);
+  return xs;
+}
+
+} // namespace
+
+// -- valid use that hung -----------------------------------------------------
+
+TEST_CASE("a send/recv ring followed at once by a small allreduce completes") {
+  for (int world : {3, 4}) {
+    INFO("world " << world);
+    run_short(world, "ring-then-allreduce", [world](int rank, rank_log& log) {
+      // Sizes of the legacy algorithms' range: each is a fresh instance.
+      for (size_t count : {2, 1024, 8192, 65536}) {
+        std::vector<float> out(16, float(rank));
+        std::vector<float> in(16, -1.0f);
+        std::vector<float> x(count, 1.0f);
+        auto s = col::send_async(col::view_of(out), (rank + 1) % world,
+                                 "ring-then-allreduce");
+        auto r = col::recv_async(col::view_of(in), (rank + world - 1) % world,
+                                 "ring-then-allreduce");
+        auto a = col::allreduce_async(col::view_of(x), "ring-then-allreduce");
+        for (auto* w : {&s, &r, &a})
+          if (auto err = w->wait())
+            log.fail("count " + std::to_string(count) + ": " +
+                     col::render(err));
+        log.expect(in[0] == float((rank + world - 1) % world),
+                   "recv got the wrong message");
+        log.expect(x[0] == float(world) && x[count - 1] == float(world),
+                   "allreduce sum is wrong at count " + std::to_string(count));
+      }
+    });
+  }
+}
+
+// -- ranks that disagree -----------------------------------------------------
+
+TEST_CASE("allgatherv with counts that differ between ranks fails with "
+          "mismatch on every rank, naming them, and the group stays usable") {
+  run_short(3, "agv-mismatch", [](int rank, rank_log& log) {
+    // Rank 2 believes rank 0 contributes 4 elements, the others 2: same
+    // total, so every rank's own buffers are consistent.
+    std::vector<size_t> counts =
+      rank == 2 ? std::vector<size_t>{4, 2, 2} : std::vector<size_t>{2, 2, 4};
+    std::vector<int32_t> in(counts[rank], rank);
+    std::vector<int32_t> out(8, -7);
+    col::allgatherv_options opts;
+    opts.counts = counts;
+    expect_error(log, "allgatherv", col::errc::mismatch,
+                 {"agv-mismatch", "allgatherv", "ranks [0, 1]", "ranks [2]",
+                  "{2, 2, 4}", "{4, 2, 2}"},
+                 [&] {
+                   col::allgatherv(col::view_of(in), col::view_of(out),
+                                   "agv-mismatch", opts);
+                 });
+    log.expect(out == std::vector<int32_t>(8, -7), "output was written");
+    expect_usable(log, "agv-mismatch", 3, rank);
+  });
+}
+
+TEST_CASE("alltoallv where a rank expects fewer or more elements than its "
+          "peer sends fails with mismatch on every rank") {
+  for (size_t expected : {size_t{1}, size_t{5}}) {
+    INFO("rank 1 expects " << expected << " of rank 0's 3 elements");
+    run_short(2, "a2av-mismatch", [expected](int rank, rank_log& log) {
+      col::alltoallv_options opts;
+      opts.send_counts = {3, 3};
+      opts.recv_counts = {3, 3};
+      if (rank == 1) opts.recv_counts[0] = expected;
+      std::vector<int64_t> in(6, rank);
+      std::vector<int64_t> out(opts.recv_counts[0] + opts.recv_counts[1], -7);
+      expect_error(log, "alltoallv", col::errc::mismatch,
+                   {"a2av-mismatch", "ranks [0, 1]",
+                    "rank 0 sends 3 elements to rank 1, which expects " +
+                      std::to_string(expected)},
+                   [&] {
+                     col::alltoallv(col::view_of(in), col::view_of(out),
+                                    "a2av-mismatch", opts);
+                   });
+      log.expect(
+        std::all_of(out.begin(), out.end(), [](int64_t x) { return x == -7; }),
+        "output was written");
+      expect_usable(log, "a2av-mismatch", 2, rank);
+    });
+  }
+}
+
+TEST_CASE("ops where one rank passes float32 and another int32 of the same "
+          "byte size fail on every rank instead of mixing bytes") {
+  std::atomic<int> timeouts{0};
+  for (auto op : {col::op_kind::allgather, col::op_kind::broadcast,
+                  col::op_kind::alltoall, col::op_kind::gather}) {
+    INFO(col::to_string(op));
+    run_short(
+      2, "dtype-mismatch",
+      [op, &timeouts](int rank, rank_log& log) {
+        auto type = rank == 0 ? col::dtype::float32 : col::dtype::int32;
+        auto in = test::make_tensor(type, 4);
+        auto out = test::make_tensor(type, 8);
+        float one_and_half = 1.5f;
+        std::memcpy(in.data(), &one_and_half, sizeof(float));
+        test::poison(out);
+        auto run = [&] {
+          switch (op) {
+            case col::op_kind::allgather:
+              return col::allgather(in, out, "dtype-mismatch");
+            case col::op_kind::broadcast:
+              return col::broadcast(in.view(), 0, "dtype-mismatch");
+            case col::op_kind::gather:
+              return col::gather(in, out, "dtype-mismatch");
+            default:
+              return col::alltoall(in, out.view().slice(0, 4),
+                                   "dtype-mismatch");
+          }
+        };
+        auto e = test::expect_throw(log, "mixed dtypes", run);
+        // Gloo closes a pair on its first timeout, so the slower rank may
+        // see the connection close instead; one of them times out.
+        log.expect(e.code() == col::errc::timeout ||
+                     e.code() == col::errc::peer_lost,
+                   "unexpected error: " + std::string{e.what()});
+        if (e.code() == col::errc::timeout) {
+          ++timeouts;
+          log.expect(std::string{e.what()}.find("other arguments") !=
+                       std::string::npos,
+                     "timeout does not say the ranks may disagree");
+        }
+      },
+      500ms);
+    CHECK(timeouts.exchange(0) >= 1);
+  }
+}
+
+// -- values that must be refused ---------------------------------------------
+
+TEST_CASE("a reduce op or algorithm outside its enum is refused and the "
+          "group stays usable") {
+  run_short(2, "bad-enum", [](int rank, rank_log& log) {
+    std::vector<float> x(4, 1.0f);
+    col::allreduce_options opts;
+    opts.op = static_cast<col::reduce_op>(77);
+    expect_error(log, "allreduce op 77", col::errc::invalid_argument,
+                 {"reduce op 77"},
+                 [&] { col::allreduce(col::view_of(x), "bad-enum", opts); });
+    col::reduce_options ropts;
+    ropts.op = static_cast<col::reduce_op>(77);
+    expect_error(log, "reduce op 77", col::errc::invalid_argument,
+                 {"reduce op 77"},
+                 [&] { col::reduce(col::view_of(x), 0, "bad-enum", ropts); });
+    col::reduce_scatter_options rsopts;
+    rsopts.op = static_cast<col::reduce_op>(77);
+    std::vector<float> half(2);
+    expect_error(log, "reduce_scatter op 77", col::errc::invalid_argument,
+                 {"reduce op 77"}, [&] {
+                   col::reduce_scatter(col::view_of(x), col::view_of(half),
+                                       "bad-enum", rsopts);
+                 });
+    col::allreduce_options aopts;
+    aopts.algorithm = static_cast<col::allreduce_algorithm>(42);
+    expect_error(log, "algorithm 42", col::errc::invalid_argument,
+                 {"algorithm 42"},
+                 [&] { col::allreduce(col::view_of(x), "bad-enum", aopts); });
+    expect_usable(log, "bad-enum", 2, rank);
+  });
+}
+
+TEST_CASE("counts whose sum wraps around are refused and the group stays "
+          "usable") {
+  run_short(2, "wrapping-counts", [](int rank, rank_log& log) {
+    std::vector<uint8_t> in(8);
+    std::vector<uint8_t> out(16);
+    col::allgatherv_options gopts;
+    gopts.counts = {std::numeric_limits<size_t>::max(), 8};
+    expect_error(log, "allgatherv", col::errc::invalid_argument,
+                 {"does not fit"}, [&] {
+                   col::allgatherv(col::view_of(in), col::view_of(out),
+                                   "wrapping-counts", gopts);
+                 });
+    col::alltoallv_options vopts;
+    vopts.send_counts = {std::numeric_limits<size_t>::max() - 3, 12};
+    vopts.recv_counts = {4, 4};
+    expect_error(log, "alltoallv", col::errc::invalid_argument,
+                 {"send_counts", "does not fit"}, [&] {
+                   col::alltoallv(col::view_of(in), col::view_of(out),
+                                  "wrapping-counts", vopts);
+                 });
+    // Sums that fit in elements but not in bytes: 2^62 float64 elements.
+    std::vector<double> d_in(1);
+    std::vector<double> d_out(2);
+    col::allgatherv_options bytes_wrap;
+    bytes_wrap.counts = {size_t{1} << 62, 1};
+    expect_error(log, "allgatherv bytes", col::errc::invalid_argument,
+                 {"do not fit"}, [&] {
+                   col::allgatherv(col::view_of(d_in), col::view_of(d_out),
+                                   "wrapping-counts", bytes_wrap);
+                 });
+    expect_usable(log, "wrapping-counts", 2, rank);
+  });
+}
+
+TEST_CASE("malformed views are refused instead of moving nothing") {
+  run_short(2, "malformed-views", [](int rank, rank_log& log) {
+    std::vector<float> buf(16, 1.0f);
+    struct bad_view {
+      const char* what;
+      col::tensor_view view;
+      const char* says;
+    };
+    std::vector<bad_view> cases{
+      {"count (size_t)-5",
+       col::tensor_view{buf.data(), col::dtype::float32, size_t(-5)},
+       "INT64_MAX"},
+      {"shape {-3, 4}",
+       col::tensor_view{buf.data(), col::dtype::float32,
+                        col::shape_type{-3, 4}},
+       "negative extent"},
+      {"shape {2^32, 2^32}",
+       col::tensor_view{buf.data(), col::dtype::float32,
+                        col::shape_type{int64_t{1} << 32, int64_t{1} << 32}},
+       "more elements than size_t"},
+      {"float64 x 2^61",
+       col::tensor_view{buf.data(), col::dtype::float64, size_t{1} << 61},
+       "more bytes than size_t"},
+      {"dtype 77",
+       col::tensor_view{buf.data(), static_cast<col::dtype>(77), size_t{4}},
+       "dtype 77"},
+    };
+    for (auto& c : cases) {
+      log.expect(c.view.numel() == 0, std::string{c.what} + " has elements");
+      expect_error(log, std::string{"allreduce on "} + c.what,
+                   col::errc::invalid_argument, {"malformed", c.says},
+                   [&] { col::allreduce(c.view, "malformed-views"); });
+      expect_error(log, std::string{"broadcast from "} + c.what,
+                   col::errc::invalid_argument, {"malformed"},
+                   [&] { col::broadcast(c.view, 0, "malformed-views"); });
+      expect_error(log, std::string{"send of "} + c.what,
+                   col::errc::invalid_argument, {"malformed"},
+                   [&] { col::send(c.view, 1 - rank, "malformed-views"); });
+    }
+    check_error(col::errc::invalid_argument, {"negative extent"}, [] {
+      auto t = col::tensor::empty(col::dtype::float32, {-3, 4});
+      if (!t) throw col::collective_error{t.error()};
+    });
+    expect_usable(log, "malformed-views", 2, rank);
+  });
+}
+
+// -- float results identical on every rank -----------------------------------
+
+TEST_CASE("float allreduce gives bitwise the same result on every rank") {
+  // {1, 1e8, -1e8} sums to 0 or 1 in float32 depending on the order.
+  for (int world : {3, 4, 5, 7}) {
+    for (size_t count :
+         {size_t{3}, size_t{4096}, size_t{60000}, size_t{300000}}) {
+      INFO("world " << world << ", " << count << " float32");
+      std::vector<std::vector<float>> results(static_cast<size_t>(world));
+      run_short(world, "identical", [&](int rank, rank_log& log) {
+        std::vector<float> x(count);
+        const float values[] = {1.0f, 1e8f, -1e8f, 3.0f, -7e7f, 0.25f, 5e7f};
+        for (size_t i = 0; i < count; ++i)
+          x[i] = values[(static_cast<size_t>(rank) + i) % 7];
+        try {
+          col::allreduce(col::view_of(x), "identical");
+        } catch (const std::exception& e) {
+          log.fail(e.what());
+        }
+        results[static_cast<size_t>(rank)] = std::move(x);
+      });
+      for (int r = 1; r < world; ++r)
+        CHECK(std::memcmp(results[0].data(), results[r].data(),
+                          count * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("int64 allgather and alltoall keep their values") {
+  // A control for the tests above: agreeing ranks move their bytes exactly.
+  run_short(3, "control", [](int rank, rank_log& log) {
+    auto in = iota_values(3, 10 * rank);
+    std::vector<int64_t> out(9);
+    col::allgather(col::view_of(in), col::view_of(out), "control");
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 3; ++i)
+        log.expect(out[3 * r + i] == 10 * r + i, "allgather value");
+  });
+}
+
+TEST_CASE("a handle kept from get_group refuses every op after "
+          "destroy_collective_group") {
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "kept-handle",
+                               test::group_options(store, 10s));
+    auto kept = col::get_group("kept-handle");
+    col::destroy_collective_group("kept-handle");
+    log.expect(kept->closed(), "handle not marked closed");
+    std::vector<float> x(4, 1.0f);
+    auto err = kept->allreduce(col::view_of(x), col::view_of(x)).wait();
+    log.expect(col::code_of(err) == col::errc::aborted &&
+                 col::render(err).find("destroyed") != std::string::npos,
+               "allreduce on a destroyed group: " + col::render(err));
+    log.expect(x[0] == 1.0f, "allreduce on a destroyed group wrote data");
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("a peer or root given both as argument and in the options must "
+          "agree") {
+  run_short(2, "given-twice", [](int rank, rank_log& log) {
+    std::vector<float> x(4, float(rank));
+    col::send_options sopts;
+    sopts.peer = 0;
+    expect_error(log, "send", col::errc::invalid_argument,
+                 {"dst_rank 1 conflicts with options.peer 0"},
+                 [&] { col::send(col::view_of(x), 1, "given-twice", sopts); });
+    col::broadcast_options bopts;
+    bopts.root = 1;
+    expect_error(log, "broadcast", col::errc::invalid_argument,
+                 {"src_rank 0 conflicts with options.root 1"}, [&] {
+                   col::broadcast(col::view_of(x), 0, "given-twice", bopts);
+                 });
+    col::reduce_options ropts;
+    ropts.root = 1;
+    expect_error(log, "reduce", col::errc::invalid_argument,
+                 {"dst_rank 0 conflicts with options.root 1"}, [&] {
+                   col::reduce(col::view_of(x), 0, "given-twice", ropts);
+                 });
+    // The same value twice is no conflict.
+    bopts.root = 1;
+    col::broadcast(col::view_of(x), 1, "given-twice", bopts);
+    log.expect(x[0] == 1.0f, "broadcast from rank 1 did not arrive");
+    expect_usable(log, "given-twice", 2, rank);
+  });
+}
+
+TEST_CASE("absurd world sizes are refused up front") {
+  check_error(col::errc::invalid_argument, {"world size 100000", "limit"}, [] {
+    col::member_scope scope;
+    col::init_collective_group(
+      100000, 0, "gloo", "huge",
+      test::group_options(col::make_in_process_store(), 2s));
+  });
+}
+
+TEST_CASE("a lost connection names the rank behind it") {
+  auto store = col::make_in_process_store();
+  std::latch started{2};
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "lost-peer",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("lost-peer");
+    if (rank == 1) {
+      started.arrive_and_wait();
+      std::this_thread::sleep_for(200ms);
+      g->abort("the test lets rank 1 go"); // closes its connections
+      return;
+    }
+    std::vector<float> x(1 << 20, 1.0f);
+    started.arrive_and_wait();
+    auto err = g->allreduce(col::view_of(x), col::view_of(x)).wait();
+    log.expect(col::code_of(err) == col::errc::peer_lost,
+               "expected peer_lost: " + col::render(err));
+    log.expect(col::render(err).find("connection to rank 1 (") !=
+                 std::string::npos,
+               "peer_lost does not name rank 1: " + col::render(err));
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("int64 avg is exact even when the sum does not fit in int64") {
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t min = std::numeric_limits<int64_t>::min();
+  const std::vector<std::vector<int64_t>> inputs{
+    {max, max - 1, min, -7, max, min + 1},
+    {max, max - 1, min, 9, max - 2, min + 3},
+    {max, 2, min, 5, -1, max},
+  };
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    // Expected: the exact sum / world, truncated toward zero.
+    std::vector<int64_t> expected(6);
+    for (size_t i = 0; i < 6; ++i) {
+      __int128 sum = 0;
+      for (int r = 0; r < world; ++r)
+        sum += inputs[r][i];
+      expected[i] = static_cast<int64_t>(sum / world);
+    }
+    run_short(world, "exact-avg", [&](int rank, rank_log& log) {
+      // 6 elements (legacy path) and 6 x 20000 (options API ring).
+      for (size_t repeat : {size_t{1}, size_t{20000}}) {
+        std::vector<int64_t> x;
+        std::vector<int64_t> want;
+        for (size_t k = 0; k < repeat; ++k) {
+          x.insert(x.end(), inputs[rank].begin(), inputs[rank].end());
+          want.insert(want.end(), expected.begin(), expected.end());
+        }
+        auto what = " of " + std::to_string(x.size()) + " int64";
+        col::allreduce_options aopts;
+        aopts.op = col::reduce_op::avg;
+        auto a = x;
+        col::allreduce(col::view_of(a), "exact-avg", aopts);
+        log.expect(a == want, "allreduce avg" + what);
+        col::reduce_options ropts;
+        ropts.op = col::reduce_op::avg;
+        ropts.root = world - 1;
+        auto b = x;
+        col::reduce(col::view_of(b), world - 1, "exact-avg", ropts);
+        if (rank == world - 1) log.expect(b == want, "reduce avg" + what);
+        // reduce_scatter: every rank contributes world blocks of x.
+        std::vector<int64_t> blocks;
+        for (int r = 0; r < world; ++r)
+          blocks.insert(blocks.end(), x.begin(), x.end());
+        std::vector<int64_t> mine(x.size());
+        col::reduce_scatter_options sopts;
+        sopts.op = col::reduce_op::avg;
+        col::reduce_scatter(col::view_of(blocks), col::view_of(mine),
+                            "exact-avg", sopts);
+        log.expect(mine == want, "reduce_scatter avg" + what);
+      }
+    });
+  }
+}
