@@ -7,7 +7,8 @@ include("${doctest_DIR}/doctest.cmake")
 
 function(caf_collective_add_doctest target)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBS;LABELS" ${ARGN})
-  add_executable(${target} ${arg_SOURCES})
+  add_executable(${target} ${arg_SOURCES}
+    "${PROJECT_SOURCE_DIR}/tests/support/require_a_test_case.cpp")
   target_link_libraries(${target} PRIVATE doctest::doctest ${arg_LIBS})
   target_compile_definitions(${target} PRIVATE DOCTEST_CONFIG_SUPER_FAST_ASSERTS)
   set(properties TIMEOUT 300)

@@ -21,7 +21,10 @@ caf::expected<op_result> run_op(caf::scoped_actor& self,
                                 const driver_actor& driver, op_request req,
                                 client_timeout timeout);
 
-/// Waits until the group is formed (none) or its formation failed.
+/// Waits until the group is formed (none) or its formation failed. A group
+/// no member has registered for yet is asked about again until `timeout`
+/// (members register once they run, possibly after this call), then the
+/// driver's unknown_group error is returned.
 caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
                        const std::string& name, client_timeout timeout);
 
@@ -32,7 +35,8 @@ caf::error declare_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::vector<member_actor>& members,
                          const std::string& backend, client_timeout timeout);
 
-/// Destroys a group so that its name can be declared again.
+/// Destroys a group so that its name can be declared again; unknown_group
+/// if the driver does not know it.
 caf::error destroy_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::string& name, client_timeout timeout);
 

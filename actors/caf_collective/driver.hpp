@@ -21,15 +21,25 @@ struct driver_config {
   std::chrono::milliseconds grace{200};
 };
 
-/// Spawns a driver. Protocol (all requests; see messages.hpp):
-/// - (col_decl, name, std::vector<actor>, backend, timeout ms) -> ok
-/// - (col_wait, name) -> ok once formed, or the formation error
-/// - op_request -> op_result, or one error naming ranks: invalid_argument,
-///   mismatch, unknown_object, unsupported (refused before any data moves),
+/// Spawns a driver. Protocol (all requests, each answered exactly once;
+/// see messages.hpp):
+/// - (col_decl, name, std::vector<actor>, backend, timeout ms) -> ok once
+///   formed; invalid_argument naming the position of a null, repeated,
+///   dead or non-member actor; duplicate_group.
+/// - (col_wait, name) -> ok once formed, or the formation error;
+///   unknown_group at once while no member registered and no declaration
+///   is under way.
+/// - op_request -> op_result, or one error naming ranks: invalid_argument
+///   (also for enum values outside their enums and timeouts outside
+///   [0, max_timeout_ms]), mismatch, unknown_object, unsupported (refused
+///   before any data moves and before a sequence number is taken),
 ///   peer_lost, timeout, aborted (the group is broken), unknown_group.
 /// - (col_status, name) -> group_status
-/// - (col_destr, name) -> ok: members leave; the name may be declared again.
-/// The driver monitors every member; it stops on exit messages.
+/// - (col_destr, name) -> ok: members leave; the name may be declared
+///   again. unknown_group for a name the driver does not know.
+/// The driver monitors every member from its registration on (members
+/// spawned on other nodes too); it stops on exit messages, never on a
+/// request or a stray error message.
 driver_actor spawn_driver(caf::actor_system& sys, driver_config cfg = {});
 
 } // namespace caf_collective

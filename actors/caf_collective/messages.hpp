@@ -29,7 +29,9 @@ using store_actor = caf::actor;
 
 /// member -> driver: (reg, membership, node). Sent on start and on join.
 using reg_atom = caf::atom_constant<caf::atom("col_reg")>;
-/// client -> member: (join, membership): add a group at run time.
+/// client or driver -> member: (join, membership): add a group at run time.
+/// As a request it is answered with an empty message once the member sent
+/// its registration.
 using join_atom = caf::atom_constant<caf::atom("col_join")>;
 /// driver -> member: (init, group, gen, store_actor, key prefix, timeout ms).
 using init_atom = caf::atom_constant<caf::atom("col_init")>;
@@ -44,11 +46,15 @@ using abort_atom = caf::atom_constant<caf::atom("col_abort")>;
 /// driver -> member: (leave, group): the group was destroyed.
 using leave_atom = caf::atom_constant<caf::atom("col_leave")>;
 /// client -> driver, request: (declare, group, members, backend, timeout ms)
-/// -> ok once formed | error.
+/// -> ok once formed | error. Also driver -> member, request: (join,
+/// membership) -> () (see join_atom), so that a declared actor that is no
+/// member, or is dead, fails the declaration instead of going unnoticed.
 using declare_atom = caf::atom_constant<caf::atom("col_decl")>;
-/// client -> driver, request: (wait, group) -> ok once formed | error.
+/// client -> driver, request: (wait, group) -> ok once formed | error;
+/// unknown_group at once if no member of the group has registered and no
+/// declaration of it is under way.
 using wait_atom = caf::atom_constant<caf::atom("col_wait")>;
-/// client -> driver, request: (destroy, group) -> ok.
+/// client -> driver, request: (destroy, group) -> ok | unknown_group.
 using destroy_atom = caf::atom_constant<caf::atom("col_destr")>;
 /// client -> driver or member, request: (status, group) -> group_status.
 using status_atom = caf::atom_constant<caf::atom("col_status")>;
@@ -56,6 +62,14 @@ using status_atom = caf::atom_constant<caf::atom("col_status")>;
 /// member's recent ops of that group, one per line (op_history.hpp). The
 /// driver asks every rank when an op passes its deadline and logs them.
 using history_atom = caf::atom_constant<caf::atom("col_hist")>;
+
+// -- limits -------------------------------------------------------------------
+
+/// The longest deadline the driver accepts (24 h), for groups and ops alike.
+/// Longer ones are refused with invalid_argument rather than clamped: a
+/// deadline of days is a unit mix-up, and near INT64_MAX the clock
+/// arithmetic of CAF and Gloo overflows into a deadline in the past.
+constexpr int64_t max_timeout_ms = int64_t{24} * 60 * 60 * 1000;
 
 // -- messages -----------------------------------------------------------------
 
@@ -66,7 +80,8 @@ struct membership {
   int32_t rank = -1;
   int32_t world_size = 0;
   std::string backend = "gloo";
-  /// Formation deadline and the default deadline of each op.
+  /// Formation deadline and the default deadline of each op, in
+  /// (0, max_timeout_ms].
   int64_t timeout_ms = 30000;
   /// Fault injection for tests (c10d's delaying-backend idea): this member
   /// waits this long before running each op. 0 in real use.
@@ -91,7 +106,7 @@ struct op_params {
   /// allgatherv: elements per rank (world size entries). alltoallv: the
   /// matrix counts[i * world_size + j] = elements rank i sends to rank j.
   std::vector<uint64_t> counts;
-  /// Deadline; 0: the group's timeout.
+  /// Deadline in [0, max_timeout_ms]; 0: the group's timeout.
   int64_t timeout_ms = 0;
 };
 
@@ -172,7 +187,10 @@ typename Inspector::result_type inspect(Inspector& f, group_status& x) {
 /// and its error category with `cfg`. Call before creating the system.
 void add_message_types(caf::actor_system_config& cfg);
 
-/// This node's name in object refs: `to_string(sys.node())`.
+/// This node's name in object refs: `to_string(sys.node())`. A system
+/// without a middleman has no node id; it gets "local-<pid>-<n>", unique per
+/// actor system in this process, so that two such systems never share an
+/// object store.
 std::string node_name(caf::actor_system& sys);
 
 /// The object store of this node (one per actor system / node name).

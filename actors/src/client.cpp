@@ -1,6 +1,11 @@
 #include "caf_collective/client.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include <caf/all.hpp>
+
+#include "caf_collective/error.hpp"
 
 namespace caf_collective {
 
@@ -30,7 +35,21 @@ caf::error ok_or_error(caf::scoped_actor& self, const caf::actor& dest,
 
 caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
                        const std::string& name, client_timeout timeout) {
-  return ok_or_error(self, driver, timeout, wait_atom::value, name);
+  using clock = std::chrono::steady_clock;
+  // Members register once they run, which may be after the client asked:
+  // the driver answers unknown_group until the first registration, so ask
+  // again until the timeout and then report that answer.
+  constexpr client_timeout pause{10};
+  auto deadline = clock::now() + timeout;
+  for (;;) {
+    auto left =
+      std::chrono::duration_cast<client_timeout>(deadline - clock::now());
+    auto err = ok_or_error(self, driver, std::max(left, client_timeout{1}),
+                           wait_atom::value, name);
+    if (code_of(err) != errc::unknown_group || clock::now() + pause >= deadline)
+      return err;
+    std::this_thread::sleep_for(pause);
+  }
 }
 
 caf::error declare_group(caf::scoped_actor& self, const driver_actor& driver,

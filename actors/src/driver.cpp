@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -109,19 +110,90 @@ caf::error group_error(errc code, const group_entry& g, op_kind op, int64_t seq,
                     std::move(detail));
 }
 
-caf::error group_error(errc code, const group_entry& g, std::string detail) {
+// An error about the group as a whole, or about one rank of it.
+caf::error group_error(errc code, const group_entry& g, std::string detail,
+                       int rank = -1) {
   error_context where;
   where.group = g.name;
+  where.rank = rank;
   where.world_size = g.world_size;
   return make_error(code, where, std::move(detail));
 }
 
+// An error about a group the driver has no entry for (yet).
+caf::error name_error(errc code, const std::string& name, std::string detail) {
+  error_context where;
+  where.group = name;
+  return make_error(code, where, std::move(detail));
+}
+
+group_entry* find_group(driver_ptr self, const std::string& name,
+                        uint64_t gen) {
+  auto i = self->state.groups.find(name);
+  if (i == self->state.groups.end() || i->second.gen != gen) return nullptr;
+  return &i->second;
+}
+
+// Deadlines arrive as int64 milliseconds from clients and members and are
+// bounded before use: the driver adds its grace to them, CAF and Gloo add
+// them to the clock, and INT64_MAX overflowed there into a deadline in the
+// past. Returns what is wrong with `ms`, or nothing.
+std::string timeout_problem(int64_t ms, bool zero_means_default) {
+  if (ms < 0 || (ms == 0 && !zero_means_default))
+    return "timeout_ms " + std::to_string(ms) + " is not " +
+           (zero_means_default ? "0 (the default) or positive" : "positive");
+  if (ms > max_timeout_ms)
+    return "timeout_ms " + std::to_string(ms) + " exceeds the maximum of " +
+           std::to_string(max_timeout_ms) + " (24 h)";
+  return {};
+}
+
+// Requests cross the network, so their enums may hold any value: those the
+// driver or a member would compute with are checked before anything else.
+// The reduce op is checked even where an op ignores it, since it is passed
+// on to every member all the same.
+caf::error check_fields(const group_entry& g, const op_request& req) {
+  auto bad = [&](std::string detail) {
+    return group_error(errc::invalid_argument, g, req.op, -1, -1,
+                       std::move(detail));
+  };
+  const auto& p = req.params;
+  if (!is_valid(p.op))
+    return bad("reduce op " + std::to_string(static_cast<int>(p.op)) +
+               " is not one of sum, product, min, max, avg, band, bor, bxor");
+  if (req.op == op_kind::allreduce &&
+      p.algorithm > allreduce_algorithm::ring_options_api)
+    return bad("allreduce algorithm " +
+               std::to_string(static_cast<int>(p.algorithm)) +
+               " is not one of the allreduce_algorithm enum");
+  if (auto problem = timeout_problem(p.timeout_ms, true); !problem.empty())
+    return bad(std::move(problem));
+  std::vector<int> odd;
+  for (size_t r = 0; r < req.refs.size(); ++r)
+    if (req.refs[r].valid() && !is_valid(req.refs[r].type))
+      odd.push_back(static_cast<int>(r));
+  if (!odd.empty())
+    return bad("the refs of ranks " + list_ranks(odd) +
+               " have a dtype outside the enum (rank " +
+               std::to_string(odd[0]) + ": dtype " +
+               std::to_string(static_cast<int>(req.refs[odd[0]].type)) + ")");
+  return {};
+}
+
 // Checks a request against every rank's ref fingerprint and computes what
-// each rank runs. Nothing has been sent to any member yet.
+// each rank runs. Nothing has been sent to any member yet, and no sequence
+// number is taken: a refused request leaves the group as it was.
 caf::error validate(const group_entry& g, pending_op& op) {
   auto& req = op.req;
   auto ws = g.world_size;
   auto W = static_cast<size_t>(ws);
+  // Before anything names the op: an unknown kind has no name.
+  if (!is_valid(req.op))
+    return group_error(errc::invalid_argument, g,
+                       "op kind " + std::to_string(static_cast<int>(req.op)) +
+                         " is not one of the collective or point-to-point "
+                         "ops");
+  if (auto err = check_fields(g, req)) return err;
   auto bad = [&](errc code, std::string detail) {
     return group_error(code, g, req.op, -1, -1, std::move(detail));
   };
@@ -311,29 +383,39 @@ caf::error validate(const group_entry& g, pending_op& op) {
 
 void pump(driver_ptr self, group_entry& g);
 
-// Answers every waiting client and queued or running op with `err`.
-void fail_all(group_entry& g, const caf::error& err) {
+// The error a pending op gets when its group breaks, given the op and its
+// seq (-1: still queued). Empty: every op gets the group's reason.
+using op_error_fn = std::function<caf::error(const pending_op&, int64_t)>;
+
+// Answers every waiting client and queued or running op with `err`, or
+// with what `for_op` makes of it.
+void fail_all(group_entry& g, const caf::error& err,
+              const op_error_fn& for_op = {}) {
+  auto error_of = [&](const pending_op& op, int64_t seq) {
+    return for_op ? for_op(op, seq) : err;
+  };
   for (auto& rp : g.waiters)
     rp.deliver(err);
   g.waiters.clear();
   for (auto& op : g.queue)
-    op.rp.deliver(err);
+    op.rp.deliver(error_of(op, -1));
   g.queue.clear();
   g.checking = false;
   for (auto& [seq, op] : g.running)
-    op.rp.deliver(err);
+    op.rp.deliver(error_of(op, static_cast<int64_t>(seq)));
   g.running.clear();
 }
 
 // The group cannot run ops any more: members abort their lanes, every
-// pending and future op fails with `reason`.
+// pending and future op fails with `reason` (pending ones possibly with
+// what `for_op` makes of it).
 void break_group(driver_ptr self, group_entry& g, caf::error reason,
-                 bool forming) {
+                 bool forming, const op_error_fn& for_op = {}) {
   g.state = forming ? group_state::failed : group_state::broken;
   g.reason = reason;
   for (auto& m : g.members)
     if (m) self->send(m, abort_atom::value, g.name, g.gen, reason);
-  fail_all(g, reason);
+  fail_all(g, reason, for_op);
 }
 
 void formation_complete(driver_ptr self, group_entry& g) {
@@ -476,8 +558,7 @@ void pump(driver_ptr self, group_entry& g) {
   std::vector<size_t> remote;
   // Ops whose refs are all on this node start (or are refused) at once.
   while (remote.empty()) {
-    if (g.state != group_state::ready || g.checking || g.queue.empty())
-      return;
+    if (g.state != group_state::ready || g.checking || g.queue.empty()) return;
     auto& op = g.queue.front();
     results = std::make_shared<std::map<size_t, caf::error>>();
     for (size_t r = 0; r < op.req.refs.size(); ++r) {
@@ -542,37 +623,62 @@ void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
   }
 }
 
+// Creates the entry of a group whose shape is now known, from its first
+// registration or its declaration, and starts its formation deadline.
+group_entry& open_group(driver_ptr self, const std::string& name,
+                        int32_t world_size, const std::string& backend,
+                        int64_t timeout_ms) {
+  auto& g = self->state.groups[name];
+  g.name = name;
+  g.gen = self->state.next_gen++;
+  g.world_size = world_size;
+  g.backend = backend;
+  g.timeout_ms = timeout_ms;
+  g.members.resize(world_size);
+  g.nodes.resize(world_size);
+  g.ready.assign(world_size, false);
+  self->delayed_send(self, milliseconds{timeout_ms} + self->state.grace,
+                     form_tmo_atom::value, name, g.gen);
+  return g;
+}
+
+// What is wrong with a membership on its own, before any group compares.
+std::string membership_problem(const membership& m) {
+  if (m.world_size < 1)
+    return "world size " + std::to_string(m.world_size) + " is below 1";
+  if (m.rank < 0 || m.rank >= m.world_size)
+    return "rank " + std::to_string(m.rank) + " is outside [0, " +
+           std::to_string(m.world_size) + ")";
+  return timeout_problem(m.timeout_ms, false);
+}
+
 void on_register(driver_ptr self, const caf::actor& member, membership& m,
                  std::string& node) {
   auto reject = [&](caf::error err) {
     self->send(member, abort_atom::value, m.group, uint64_t{0}, err);
   };
-  auto& g = self->state.groups[m.group];
-  if (g.name.empty()) g.name = m.group;
+  // A refused registration leaves no entry behind: only groups whose shape
+  // is known exist at the driver.
+  if (auto problem = membership_problem(m); !problem.empty()) {
+    reject(name_error(errc::invalid_argument, m.group,
+                      "registration refused: " + problem));
+    return;
+  }
+  auto i = self->state.groups.find(m.group);
+  auto& g =
+    i != self->state.groups.end()
+      ? i->second
+      : open_group(self, m.group, m.world_size, m.backend, m.timeout_ms);
   if (g.state != group_state::forming) {
     reject(make_error(errc::duplicate_group,
                       "group '" + m.group + "' exists and is " +
                         to_cstr(g.state) + "; destroy it first"));
     return;
   }
-  if (g.world_size == 0) {
-    if (m.world_size < 1) {
-      reject(make_error(errc::invalid_argument, "world size < 1"));
-      return;
-    }
-    g.gen = self->state.next_gen++;
-    g.world_size = m.world_size;
-    g.backend = m.backend;
-    g.timeout_ms = m.timeout_ms;
-    g.members.resize(m.world_size);
-    g.nodes.resize(m.world_size);
-    g.ready.assign(m.world_size, false);
-    self->delayed_send(self, milliseconds{g.timeout_ms} + self->state.grace,
-                       form_tmo_atom::value, g.name, g.gen);
-  }
-  if (m.world_size != g.world_size || m.backend != g.backend || m.rank < 0 ||
-      m.rank >= g.world_size ||
-      (g.members[m.rank] && g.members[m.rank] != member)) {
+  auto held = std::find(g.members.begin(), g.members.end(), member);
+  if (m.world_size != g.world_size || m.backend != g.backend ||
+      (g.members[m.rank] && g.members[m.rank] != member) ||
+      (held != g.members.end() && held - g.members.begin() != m.rank)) {
     reject(group_error(errc::mismatch, g,
                        "registration of rank " + std::to_string(m.rank) +
                          " (world size " + std::to_string(m.world_size) +
@@ -595,6 +701,112 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
                g.timeout_ms);
 }
 
+// Refuses a declaration that cannot form, before any member hears of it.
+caf::error check_declaration(driver_ptr self, const std::string& name,
+                             const std::vector<caf::actor>& members,
+                             int64_t timeout_ms) {
+  auto invalid = [&](std::string detail) {
+    return name_error(errc::invalid_argument, name, std::move(detail));
+  };
+  if (self->state.groups.count(name) > 0)
+    return make_error(errc::duplicate_group,
+                      "group '" + name + "' exists; destroy it first");
+  if (members.empty()) return invalid("a group needs at least one member");
+  if (auto problem = timeout_problem(timeout_ms, false); !problem.empty())
+    return invalid(std::move(problem));
+  for (size_t r = 0; r < members.size(); ++r) {
+    if (!members[r])
+      return invalid("position " + std::to_string(r) + " is a null actor");
+    for (size_t q = 0; q < r; ++q)
+      if (members[q] == members[r])
+        return invalid("positions " + std::to_string(q) + " and " +
+                       std::to_string(r) +
+                       " name the same actor; an actor holds one rank");
+  }
+  return {};
+}
+
+// A declared actor did not take its join: the group cannot form.
+void join_failed(driver_ptr self, const std::string& name, uint64_t gen,
+                 int32_t rank, const caf::error& err) {
+  auto g = find_group(self, name, gen);
+  if (!g || g->state != group_state::forming) return;
+  std::string why;
+  if (err == caf::sec::unexpected_message)
+    why = "is no member: it does not speak the member protocol (" +
+          render(err) + ")";
+  else if (err == caf::sec::request_receiver_down)
+    why = "is dead (" + render(err) + ")";
+  else
+    why = "did not join: " + render(err);
+  break_group(
+    self, *g,
+    group_error(errc::invalid_argument, *g,
+                "the actor at position " + std::to_string(rank) + " " + why,
+                rank),
+    true);
+}
+
+// Asks the actor at `rank` of a declaration to join as a request: a member
+// answers once it sent its registration; an actor that is no member or is
+// dead answers with an error, which fails the formation at once. (Sent
+// plainly, that error came back as a plain message and stopped the
+// driver.)
+void send_join(driver_ptr self, const group_entry& g, int32_t rank,
+               const caf::actor& who) {
+  auto name = g.name;
+  auto gen = g.gen;
+  // Longer than the formation deadline, which names every missing rank.
+  auto deadline = milliseconds{g.timeout_ms} + 2 * self->state.grace;
+  self
+    ->request(
+      who, deadline, join_atom::value,
+      membership{g.name, rank, g.world_size, g.backend, g.timeout_ms, 0})
+    .then([] {},
+          [=](caf::error& err) { join_failed(self, name, gen, rank, err); });
+}
+
+// The ranks of `g` that `dm` takes away: the dead member's own, and when
+// its node became unreachable, every member on that node. CAF delivers
+// their down messages one by one; the first one must name them all.
+std::vector<int> lost_ranks(const group_entry& g, const caf::down_msg& dm) {
+  bool node_lost = dm.reason == caf::exit_reason::remote_link_unreachable;
+  std::vector<int> result;
+  for (size_t r = 0; r < g.members.size(); ++r) {
+    const auto& m = g.members[r];
+    if (m && (m.address() == dm.source ||
+              (node_lost && m.node() == dm.source.node())))
+      result.push_back(static_cast<int>(r));
+  }
+  return result;
+}
+
+void on_member_down(driver_ptr self, const caf::down_msg& dm) {
+  self->state.monitored.erase(dm.source);
+  for (auto& [name, g] : self->state.groups) {
+    auto lost = lost_ranks(g, dm);
+    for (auto r : lost)
+      g.members[r] = nullptr;
+    if (lost.empty() ||
+        (g.state != group_state::forming && g.state != group_state::ready))
+      continue;
+    bool forming = g.state == group_state::forming;
+    auto one = lost.size() == 1;
+    auto rank = one ? lost[0] : -1;
+    auto what =
+      (one ? "rank " + std::to_string(rank) : "ranks " + list_ranks(lost)) +
+      " died (" + render(dm.reason) + ")" +
+      (forming ? " before the group was formed" : "");
+    // A death concerns every pending op alike: each answer names its own
+    // op and seq, the group's reason none.
+    auto for_op = [&](const pending_op& op, int64_t seq) {
+      return group_error(errc::peer_lost, g, op.req.op, seq, rank, what);
+    };
+    break_group(self, g, group_error(errc::peer_lost, g, what, rank), forming,
+                for_op);
+  }
+}
+
 caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
   self->state.grace = cfg.grace;
   self->state.local = local_store(self->system());
@@ -602,22 +814,12 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
   self->state.store = std::move(cfg.store);
   // A store the driver created lives exactly as long as the driver.
   if (owns_store) self->link_to(self->state.store);
-  self->set_down_handler([=](caf::down_msg& dm) {
-    self->state.monitored.erase(dm.source);
-    for (auto& [name, g] : self->state.groups) {
-      for (int32_t r = 0; r < static_cast<int32_t>(g.members.size()); ++r) {
-        if (!g.members[r] || g.members[r].address() != dm.source) continue;
-        g.members[r] = nullptr;
-        if (g.state != group_state::forming && g.state != group_state::ready)
-          continue;
-        bool forming = g.state == group_state::forming;
-        auto err = group_error(
-          errc::peer_lost, g, op_kind::barrier, -1, r,
-          "rank " + std::to_string(r) + " died (" + render(dm.reason) + ")" +
-            (forming ? " before the group was formed" : ""));
-        break_group(self, g, err, forming);
-      }
-    }
+  self->set_down_handler([=](caf::down_msg& dm) { on_member_down(self, dm); });
+  // CAF's default stops an actor that receives an error as a plain message
+  // (e.g. an actor answering a plain send with unexpected_message): one
+  // stray error must not take every group down with the driver.
+  self->set_error_handler([=](caf::error& err) {
+    log_warning("driver", "ignored an error message: " + render(err));
   });
   return {
     [=](reg_atom, membership& m, std::string& node) {
@@ -626,17 +828,22 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
     },
     [=](ready_atom, const std::string& name, uint64_t gen, int32_t rank,
         caf::error& err) {
-      auto i = self->state.groups.find(name);
-      if (i == self->state.groups.end() || i->second.gen != gen) return;
-      auto& g = i->second;
-      if (g.state != group_state::forming) return;
+      auto gp = find_group(self, name, gen);
+      if (!gp || gp->state != group_state::forming) return;
+      auto& g = *gp;
+      // Only the member holding `rank` speaks for it.
+      if (rank < 0 || rank >= g.world_size ||
+          g.members[rank] !=
+            caf::actor_cast<caf::actor>(self->current_sender()))
+        return;
       if (err) {
+        auto code =
+          is_collective_error(err) ? code_of(err) : errc::backend_error;
         break_group(self, g,
-                    group_error(is_collective_error(err) ? code_of(err)
-                                                         : errc::backend_error,
-                                g, op_kind::barrier, -1, rank,
+                    group_error(code, g,
                                 "rank " + std::to_string(rank) +
-                                  " could not form the group: " + render(err)),
+                                  " could not form the group: " + render(err),
+                                rank),
                     true);
         return;
       }
@@ -706,9 +913,6 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
       pending_op op;
       op.id = self->state.next_op_id++;
       op.req = std::move(req);
-      if (g.world_size == 0)
-        return make_error(errc::unknown_group, "no member of group '" + g.name +
-                                                 "' has registered yet");
       if (auto err = validate(g, op)) return err;
       op.rp = self->make_response_promise();
       g.queue.push_back(std::move(op));
@@ -718,36 +922,36 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
     [=](declare_atom, const std::string& name,
         const std::vector<caf::actor>& members, const std::string& backend,
         int64_t timeout_ms) -> caf::result<caf::ok_atom> {
-      auto i = self->state.groups.find(name);
-      if (i != self->state.groups.end() &&
-          (i->second.world_size != 0 ||
-           i->second.state != group_state::forming))
-        return make_error(errc::duplicate_group,
-                          "group '" + name + "' exists; destroy it first");
-      if (members.empty())
-        return make_error(errc::invalid_argument,
-                          "a group needs at least one member");
-      auto& g = self->state.groups[name];
-      g.name = name;
+      if (auto err = check_declaration(self, name, members, timeout_ms))
+        return err;
       auto ws = static_cast<int32_t>(members.size());
+      auto& g = open_group(self, name, ws, backend, timeout_ms);
+      g.waiters.push_back(self->make_response_promise());
       for (int32_t r = 0; r < ws; ++r)
-        self->send(members[r], join_atom::value,
-                   membership{name, r, ws, backend, timeout_ms, 0});
-      auto rp = self->make_response_promise();
-      g.waiters.push_back(rp);
+        send_join(self, g, r, members[r]);
       return caf::delegated<caf::ok_atom>{};
     },
     [=](wait_atom, const std::string& name) -> caf::result<caf::ok_atom> {
-      auto& g = self->state.groups[name];
-      g.name = name;
+      // A group exists from its first registration or its declaration on;
+      // before that the driver cannot tell a group about to register from
+      // a misspelt name, so it says so at once. Members register only once
+      // they run: await_group asks again until its own timeout.
+      auto i = self->state.groups.find(name);
+      if (i == self->state.groups.end())
+        return name_error(errc::unknown_group, name,
+                          "no member has registered and no declaration is "
+                          "under way");
+      auto& g = i->second;
       if (g.state == group_state::ready) return caf::ok_atom::value;
       if (g.state != group_state::forming) return g.reason;
       g.waiters.push_back(self->make_response_promise());
       return caf::delegated<caf::ok_atom>{};
     },
-    [=](destroy_atom, const std::string& name) {
+    [=](destroy_atom, const std::string& name) -> caf::result<caf::ok_atom> {
       auto i = self->state.groups.find(name);
-      if (i == self->state.groups.end()) return caf::ok_atom::value;
+      if (i == self->state.groups.end())
+        return name_error(errc::unknown_group, name,
+                          "cannot destroy a group the driver does not know");
       auto& g = i->second;
       for (auto& m : g.members)
         if (m) self->send(m, leave_atom::value, name);

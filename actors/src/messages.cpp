@@ -1,8 +1,13 @@
 #include "caf_collective/messages.hpp"
 
+#include <mutex>
+
+#include <unistd.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/node_id.hpp>
+#include <caf/runtime_settings_map.hpp>
 
 #include "caf_collective/error.hpp"
 
@@ -23,7 +28,20 @@ void add_message_types(caf::actor_system_config& cfg) {
 }
 
 std::string node_name(caf::actor_system& sys) {
-  return to_string(sys.node());
+  if (sys.node()) return to_string(sys.node());
+  // Without a middleman every system's node id is "invalid-node": number
+  // the systems instead, remembering the number in the system itself.
+  static std::mutex mtx;
+  static uint64_t systems = 0;
+  auto key = caf::atom("col_node");
+  std::lock_guard<std::mutex> guard{mtx};
+  auto number = sys.runtime_settings().get(key);
+  if (!caf::holds_alternative<uint64_t>(number)) {
+    number = ++systems;
+    sys.runtime_settings().set(key, number);
+  }
+  return "local-" + std::to_string(::getpid()) + "-" +
+         std::to_string(caf::get<uint64_t>(number));
 }
 
 object_store_ptr local_store(caf::actor_system& sys) {

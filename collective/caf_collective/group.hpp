@@ -164,7 +164,8 @@ class group : public std::enable_shared_from_this<group> {
 
   void log_recent_ops(const caf::error& err) const;
 
-  void track_pending(const std::shared_ptr<detail::work_state>& state);
+  void track_pending(const std::shared_ptr<detail::work_state>& state,
+                     op_kind op, bool p2p);
 
   group_config cfg_;
   std::unique_ptr<detail::lane> lane_;
@@ -186,7 +187,12 @@ class group : public std::enable_shared_from_this<group> {
   uint64_t next_p2p_seq_ = 0;
   // Operations not known to be finished, oldest first; guarded by
   // submit_mtx_. abort() fails them all at once.
-  std::deque<std::weak_ptr<detail::work_state>> pending_;
+  struct pending_op {
+    std::weak_ptr<detail::work_state> state;
+    op_kind op;
+    bool p2p;
+  };
+  std::deque<pending_op> pending_;
   std::mutex submit_mtx_;
   op_history history_;
 };

@@ -13,6 +13,11 @@ namespace caf_collective {
 
 using milliseconds = std::chrono::milliseconds;
 
+/// The longest deadline a group or an operation accepts (24 h). Longer ones
+/// are refused: a deadline near the clock's range overflows "now + timeout"
+/// inside the transports and would fire at once or never.
+inline constexpr milliseconds max_timeout = std::chrono::hours{24};
+
 struct op_options {
   /// Deadline of this operation; zero: the group's default.
   milliseconds timeout{0};

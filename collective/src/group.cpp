@@ -107,33 +107,45 @@ void group::log_recent_ops(const caf::error& err) const {
 }
 
 void group::abort(std::string why) {
-  auto err = make_error(errc::aborted, context(op_kind::barrier, -1),
-                        "group aborted: " + why);
-  break_with(err);
+  // The group's own reason names no op: several may be pending.
+  error_context where;
+  where.group = cfg_.name;
+  where.rank = cfg_.rank;
+  where.world_size = cfg_.world_size;
+  break_with(make_error(errc::aborted, where, "group aborted: " + why));
   {
     // The backend stops touching the operations' buffers before we tell
     // their owners that the operations are over.
     std::lock_guard<std::mutex> guard{backend_mtx_};
     if (backend_) backend_->abort(why);
   }
-  std::deque<std::weak_ptr<detail::work_state>> pending;
+  std::deque<pending_op> pending;
   {
     std::lock_guard<std::mutex> guard{submit_mtx_};
     pending.swap(pending_);
   }
-  for (auto& weak : pending)
-    if (auto state = weak.lock()) state->complete(err);
+  // Each pending op fails naming itself, and its history record says so.
+  for (auto& entry : pending) {
+    auto state = entry.state.lock();
+    if (!state || state->done()) continue;
+    auto err = make_error(errc::aborted,
+                          context(entry.op, static_cast<int64_t>(state->seq())),
+                          "group aborted: " + why);
+    history_.finished(state->seq(), entry.p2p, err);
+    state->complete(std::move(err));
+  }
 }
 
-void group::track_pending(const std::shared_ptr<detail::work_state>& state) {
+void group::track_pending(const std::shared_ptr<detail::work_state>& state,
+                          op_kind op, bool p2p) {
   // Called with submit_mtx_ held. Forget finished operations at the front
   // so the list stays as long as the operations in flight.
   while (!pending_.empty()) {
-    auto front = pending_.front().lock();
+    auto front = pending_.front().state.lock();
     if (front && !front->done()) break;
     pending_.pop_front();
   }
-  pending_.push_back(state);
+  pending_.push_back({state, op, p2p});
 }
 
 void group::drain() {
@@ -171,10 +183,11 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
 template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
-  if (!validation && body.timeout.count() < 0)
+  if (!validation && (body.timeout.count() < 0 || body.timeout > max_timeout))
     validation = make_error(errc::invalid_argument, context(op, -1),
-                            "negative timeout " +
-                              std::to_string(body.timeout.count()) + " ms");
+                            "timeout " + std::to_string(body.timeout.count()) +
+                              " ms is outside [0, " +
+                              std::to_string(max_timeout.count()) + "] ms");
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   detail::lane::task task;
@@ -190,7 +203,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     bool p2p = op == op_kind::send || op == op_kind::recv;
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
-    track_pending(state);
+    track_pending(state, op, p2p);
     history_.queued(state->seq(), p2p, op, body.bytes);
     task = [self = shared_from_this(), state, op, p2p,
             body = std::move(body)]() mutable {

@@ -112,6 +112,22 @@ caf::error checked_sum(const call_site& at, const char* name,
   return {};
 }
 
+// `x`'s elements times the world size, as the size of the other buffer of
+// allgather, gather and scatter: refused when that count (or its bytes)
+// does not fit in size_t, instead of comparing against a wrapped size.
+caf::error check_scalable(const call_site& at, const char* name,
+                          const tensor_view& x) {
+  size_t count = 0;
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(x.numel(), size_t(at.world_size), &count) ||
+      __builtin_mul_overflow(count, size_of(x.type()), &bytes))
+    return invalid(at, std::string{name} + " has " + describe(x) +
+                         ": times the world size " +
+                         std::to_string(at.world_size) +
+                         " they do not fit in size_t");
+  return {};
+}
+
 // Returns the first failure. Every check runs (they are cheap: text is
 // built only when a check fails), which keeps the call sites flat.
 template<class... Errors>
@@ -145,9 +161,10 @@ caf::error validate_config(const group_config& cfg) {
   if (cfg.store == nullptr)
     return make_error(errc::invalid_argument,
                       where + "no rendezvous store given");
-  if (cfg.timeout.count() <= 0)
+  if (cfg.timeout.count() <= 0 || cfg.timeout > max_timeout)
     return make_error(errc::invalid_argument,
-                      where + "timeout must be positive, got " +
+                      where + "timeout must be in (0, " +
+                        std::to_string(max_timeout.count()) + "] ms, got " +
                         std::to_string(cfg.timeout.count()) + " ms");
   if (cfg.backend != "gloo" && cfg.backend != "nccl" && cfg.backend != "auto")
     return make_error(errc::invalid_argument,
@@ -157,9 +174,10 @@ caf::error validate_config(const group_config& cfg) {
 }
 
 caf::error check_timeout(const call_site& at, const op_options& opts) {
-  if (opts.timeout.count() < 0)
-    return invalid(at, "negative timeout " +
-                         std::to_string(opts.timeout.count()) + " ms");
+  if (opts.timeout.count() < 0 || opts.timeout > max_timeout)
+    return invalid(at, "timeout " + std::to_string(opts.timeout.count()) +
+                         " ms is outside [0, " +
+                         std::to_string(max_timeout.count()) + "] ms");
   return {};
 }
 
@@ -228,6 +246,7 @@ caf::error check_allgather(const call_site& at, const tensor_view& in,
                            const tensor_view& out) {
   return first_of(check_buffer(at, "input", in),
                   check_buffer(at, "output", out), check_same_type(at, in, out),
+                  check_scalable(at, "input", in),
                   check_count(at, "output", out, in.numel() * at.world_size,
                               "input elements x world size"));
 }
@@ -250,9 +269,9 @@ caf::error check_allgatherv(const call_site& at, const tensor_view& in,
 
 caf::error check_gather(const call_site& at, const tensor_view& in,
                         const tensor_view& out, const gather_options& opts) {
-  if (auto err = first_of(check_rank(at, "root", opts.root),
-                          check_buffer(at, "input", in),
-                          check_well_formed(at, "output", out)))
+  if (auto err = first_of(
+        check_rank(at, "root", opts.root), check_buffer(at, "input", in),
+        check_well_formed(at, "output", out), check_scalable(at, "input", in)))
     return err;
   // Off the root the output is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
@@ -264,9 +283,9 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
 
 caf::error check_scatter(const call_site& at, const tensor_view& in,
                          const tensor_view& out, const scatter_options& opts) {
-  if (auto err = first_of(check_rank(at, "root", opts.root),
-                          check_buffer(at, "output", out),
-                          check_well_formed(at, "input", in)))
+  if (auto err = first_of(
+        check_rank(at, "root", opts.root), check_buffer(at, "output", out),
+        check_well_formed(at, "input", in), check_scalable(at, "output", out)))
     return err;
   // Off the root the input is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.

@@ -7,6 +7,8 @@
 //   node_process <port> factory
 //     spawns nothing: the test spawns members here (remote spawn of the
 //     member type "test_worker").
+// Either form may end in "heartbeats" to turn on the middleman's
+// heartbeats (the test process then uses them too).
 // Lives until the test's directory actor goes away.
 #include <cstdio>
 #include <cstdlib>
@@ -65,13 +67,16 @@ int serve_as_factory(caf::actor_system& sys, const caf::actor& dir) {
 }
 
 int main(int argc, char** argv) {
+  bool heartbeats =
+    argc > 1 && std::string{argv[argc - 1]} == node_test::heartbeats_arg;
+  if (heartbeats) --argc;
   if (argc == 3 && std::string{argv[2]} == "factory") {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
     cfg.set("scheduler.max-threads", 2);
     col::add_message_types(cfg);
     node_test::add_types(cfg);
-    node_test::enable_heartbeats(cfg);
+    if (heartbeats) node_test::enable_heartbeats(cfg);
     col::add_member_type(cfg, "test_worker", node_worker);
     caf::actor_system sys{cfg};
     auto dir = sys.middleman().remote_actor(
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
   if (argc != 8) {
     std::fprintf(stderr,
                  "usage: %s port group world first count timeout_ms "
-                 "delay_ms\n",
+                 "delay_ms [heartbeats]\n",
                  argv[0]);
     return 2;
   }
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
   cfg.set("scheduler.max-threads", 2);
   col::add_message_types(cfg);
   node_test::add_types(cfg);
-  node_test::enable_heartbeats(cfg);
+  if (heartbeats) node_test::enable_heartbeats(cfg);
   caf::actor_system sys{cfg};
   auto dir = sys.middleman().remote_actor("127.0.0.1", port);
   if (!dir) {

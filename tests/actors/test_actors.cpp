@@ -180,7 +180,7 @@ TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "
 }
 
 TEST_CASE("a member killed mid-op: the client and every survivor get "
-          "peer_lost; the group is broken until destroyed and declared "
+          "peer_lost - the group is broken until destroyed and declared "
           "again") {
   fixture f;
   std::vector<caf::actor> xs;
@@ -334,4 +334,21 @@ TEST_CASE("gang formation fails with peer_lost when a rank dies first") {
   REQUIRE(err);
   CHECK(col::code_of(err) == col::errc::peer_lost);
   CHECK(contains(text(err), "rank 0 died"));
+}
+
+TEST_CASE("await_group on a name no member ever registers ends with "
+          "unknown_group naming it, not with the client's request timeout") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  auto t0 = std::chrono::steady_clock::now();
+  auto err = col::await_group(self, f.driver, "nowhere", 300ms);
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  REQUIRE(err);
+  INFO(text(err));
+  CHECK(col::code_of(err) == col::errc::unknown_group);
+  CHECK(contains(text(err), "'nowhere'"));
+  // The helper keeps asking until its timeout: members register only once
+  // they run, possibly after the client asked.
+  CHECK(elapsed >= 250ms);
+  CHECK(elapsed < 2s);
 }

@@ -69,11 +69,12 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self,
   };
 }
 
-caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
+caf::actor_system_config& prepare(caf::actor_system_config& cfg,
+                                  bool heartbeats) {
   cfg.load<caf::io::middleman>();
   col::add_message_types(cfg);
   node_test::add_types(cfg);
-  node_test::enable_heartbeats(cfg);
+  if (heartbeats) node_test::enable_heartbeats(cfg);
   return cfg;
 }
 
@@ -88,8 +89,10 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 struct fixture {
+  // Heartbeats on this node and every node it starts (node_protocol.hpp).
+  bool heartbeats;
   caf::actor_system_config cfg;
-  caf::actor_system sys{prepare(cfg)};
+  caf::actor_system sys;
   caf::scoped_actor self{sys};
   col::driver_actor driver = col::spawn_driver(sys);
   caf::actor dir = sys.spawn(directory, driver);
@@ -98,7 +101,8 @@ struct fixture {
   std::vector<caf::actor> members; // by rank
   std::vector<caf::actor> spawned; // spawned by this process on the nodes
 
-  fixture() {
+  explicit fixture(bool with_heartbeats = false)
+    : heartbeats(with_heartbeats), sys(prepare(cfg, with_heartbeats)) {
     auto p = sys.middleman().publish(dir, 0, "127.0.0.1");
     REQUIRE(p);
     port = *p;
@@ -126,6 +130,7 @@ struct fixture {
                                   std::to_string(spec.count),
                                   std::to_string(timeout_ms),
                                   std::to_string(spec.delay_ms)};
+    if (heartbeats) args.emplace_back(node_test::heartbeats_arg);
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
@@ -196,6 +201,7 @@ struct fixture {
   caf::node_id start_factory(int32_t index) {
     std::string exe = CAF_COLLECTIVE_NODE_PROCESS;
     std::vector<std::string> args{exe, std::to_string(port), "factory"};
+    if (heartbeats) args.emplace_back(node_test::heartbeats_arg);
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
@@ -352,7 +358,7 @@ TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
 
 TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
           "heartbeats: peer_lost before the op's deadline") {
-  fixture f;
+  fixture f{true};
   f.form("nodes", 3, {{0, 2, 0}, {2, 1, 0}}, 20000);
   constexpr int32_t n = 1000;
   std::vector<col::object_ref> xs;
@@ -418,4 +424,52 @@ TEST_CASE("the driver's node spawns members on other nodes (remote spawn, "
     want[i] = 300.0f + 3.0f * static_cast<float>(i);
   for (int32_t r = 0; r < 3; ++r)
     CHECK(f.read(r, xs[r]) == want);
+  // The driver monitors remote-spawned members like any other (from their
+  // registration on): node b's death breaks the group, naming rank 2.
+  kill(f.nodes[1], SIGKILL);
+  CHECK(fixture::wait_node(f.nodes[1], 10s) == -1);
+  f.nodes.pop_back();
+  caf::expected<col::group_status> st = col::group_status{};
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    std::this_thread::sleep_for(20ms);
+    st = col::status_of(f.self, f.driver, "spawned", 5s);
+    REQUIRE(st);
+  } while (st->state == "ready" && std::chrono::steady_clock::now() < deadline);
+  CHECK(st->state == "broken");
+  CHECK(col::code_of(st->reason) == col::errc::peer_lost);
+  CHECK(contains(col::render(st->reason), "rank 2 died"));
+}
+
+TEST_CASE("a node holding ranks 0 and 1 killed mid-op: the client's "
+          "peer_lost names both ranks and the op that was running") {
+  fixture f;
+  // Node A (ranks 0, 1) waits 4 s before running each op, so rank 2 on
+  // node B is surely inside the op when node A is killed.
+  f.form("nodes", 3, {{0, 2, 4000}, {2, 1, 0}}, 8000);
+  constexpr int32_t n = 1000;
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, static_cast<float>(r)));
+  auto t0 = std::chrono::steady_clock::now();
+  auto pending = f.self->request(
+    f.driver, 30s, col::op_request{"nodes", col::op_kind::allreduce, xs, {}});
+  std::this_thread::sleep_for(500ms);
+  kill(f.nodes[0], SIGKILL);
+  caf::error err;
+  pending.receive([](col::op_result&) {}, [&](caf::error& e) { err = e; });
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  CHECK(fixture::wait_node(f.nodes[0], 10s) == -1);
+  f.nodes.erase(f.nodes.begin());
+  REQUIRE(err);
+  auto text = col::render(err);
+  INFO(text);
+  CHECK(col::code_of(err) == col::errc::peer_lost);
+  CHECK(contains(text, "ranks [0, 1] died"));
+  CHECK(contains(text, "allreduce seq 0"));
+  CHECK(elapsed < 7s);
+  auto st = col::status_of(f.self, f.members[2], "nodes", 10s);
+  REQUIRE(st);
+  CHECK(st->state == "broken");
+  CHECK(contains(col::render(st->reason), "ranks [0, 1] died"));
 }

@@ -12,6 +12,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -236,6 +237,20 @@ struct fixture {
     return ask<caf::ok_atom>(col::wait_atom::value, group);
   }
 
+  outcome_ptr declare(const std::string& group, std::vector<caf::actor> members,
+                      int64_t timeout_ms = group_timeout_ms) {
+    return ask<caf::ok_atom>(col::declare_atom::value, group,
+                             std::move(members), std::string{"gloo"},
+                             timeout_ms);
+  }
+
+  // An actor that knows nothing of the member protocol.
+  caf::actor stranger() {
+    auto a = sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+    spawned.push_back(a);
+    return a;
+  }
+
   col::group_status status(const std::string& group) {
     auto out = ask<col::group_status>(col::status_atom::value, group);
     run();
@@ -310,14 +325,17 @@ bool has_line(const script& sc, const std::string& needle) {
 
 } // namespace
 
-TEST_CASE("registration: init goes to every rank only once all registered; "
+TEST_CASE("registration: init goes to every rank only once all registered - "
           "waiters are answered once all reported ready") {
   fixture f;
   auto s0 = std::make_shared<script>();
   auto s1 = std::make_shared<script>();
-  auto waiter = f.wait_for("g");
   auto m0 = f.member(s0, fixture::ms(0, 2));
   f.run();
+  // Once a rank registered, await waits for the whole group.
+  auto waiter = f.wait_for("g");
+  f.run();
+  CHECK(waiter->answers == 0);
   CHECK(s0->log.empty());
   CHECK(f.status("g").state == "forming");
   auto m1 = f.member(s1, fixture::ms(1, 2));
@@ -348,7 +366,7 @@ TEST_CASE("registration: init goes to every rank only once all registered; "
 }
 
 TEST_CASE("registration: a conflicting world size or a taken rank is "
-          "refused with mismatch; the group still forms") {
+          "refused with mismatch - the group still forms") {
   fixture f;
   auto s0 = std::make_shared<script>();
   auto s1 = std::make_shared<script>();
@@ -376,13 +394,14 @@ TEST_CASE("registration: a conflicting world size or a taken rank is "
   CHECK(f.status("g").state == "ready");
 }
 
-TEST_CASE("gang timeout: nothing happens before the deadline; then the "
+TEST_CASE("gang timeout: nothing happens before the deadline - then the "
           "formation fails for every waiter and member, naming the ranks "
           "that never registered") {
   fixture f;
   auto s0 = std::make_shared<script>();
-  auto waiter = f.wait_for("g");
   f.member(s0, fixture::ms(0, 3));
+  f.run();
+  auto waiter = f.wait_for("g");
   f.run();
   // Just short of the group timeout plus the driver's grace: still forming.
   f.advance(std::chrono::milliseconds{group_timeout_ms} + grace - 1ms);
@@ -408,10 +427,10 @@ TEST_CASE("gang timeout: registered ranks that never report ready are "
   fixture f;
   auto s0 = std::make_shared<script>();
   auto s1 = std::make_shared<script>();
-  auto waiter = f.wait_for("g");
   auto m0 = f.member(s0, fixture::ms(0, 2));
   f.member(s1, fixture::ms(1, 2));
   f.run();
+  auto waiter = f.wait_for("g");
   f.ready(m0, *s0, "g", 0);
   f.run();
   f.advance(std::chrono::milliseconds{group_timeout_ms} + grace);
@@ -427,9 +446,10 @@ TEST_CASE("gang formation: a rank that dies before the group is formed "
   fixture f;
   auto s0 = std::make_shared<script>();
   auto s1 = std::make_shared<script>();
-  auto waiter = f.wait_for("g");
   f.member(s0, fixture::ms(0, 3));
   auto m1 = f.member(s1, fixture::ms(1, 3));
+  f.run();
+  auto waiter = f.wait_for("g");
   f.run();
   caf::anon_send_exit(m1, caf::exit_reason::kill);
   f.run();
@@ -460,7 +480,7 @@ TEST_CASE("gang formation: a rank that cannot build its communicator fails "
   CHECK(has_line(*scripts[0], "abort g"));
 }
 
-TEST_CASE("dispatch: ops are checked, numbered and started in request order; "
+TEST_CASE("dispatch: ops are checked, numbered and started in request order - "
           "each client gets one answer with its own sequence number") {
   fixture f;
   std::vector<caf::actor> actors;
@@ -553,7 +573,7 @@ TEST_CASE("dispatch: groups over the same members are numbered "
   CHECK(f.status("b").next_seq == 1);
 }
 
-TEST_CASE("dispatch: send/recv starts only the pair; the bystander takes no "
+TEST_CASE("dispatch: send/recv starts only the pair - the bystander takes no "
           "part and the next op still runs on every rank") {
   fixture f;
   std::vector<caf::actor> actors;
@@ -619,7 +639,7 @@ TEST_CASE("mismatch refused: a dtype or shape disagreement never reaches a "
 }
 
 TEST_CASE("mismatch refused: a ref a member does not hold fails the op at the "
-          "check, before any start; the group stays usable") {
+          "check, before any start - the group stays usable") {
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(2, actors);
@@ -647,7 +667,7 @@ TEST_CASE("mismatch refused: a ref a member does not hold fails the op at the "
 }
 
 TEST_CASE("a member dying mid-op: the client and the survivors get peer_lost "
-          "naming it; queued and later ops fail; destroy lets the name be "
+          "naming it - queued and later ops fail - destroy lets the name be "
           "used again") {
   fixture f;
   std::vector<caf::actor> actors;
@@ -788,9 +808,9 @@ TEST_CASE("survivors that report a lost connection wait for the driver's "
   // Ranks 0 and 1 see rank 2's connections close before the driver learns
   // that rank 2 is gone.
   for (int r = 0; r < 2; ++r)
-    fixture::fail(*scripts[r], 0,
-                  col::make_error(col::errc::peer_lost,
-                                  "connection to a peer lost"));
+    fixture::fail(
+      *scripts[r], 0,
+      col::make_error(col::errc::peer_lost, "connection to a peer lost"));
   f.run();
   CHECK(op->answers == 0);
   caf::anon_send_exit(actors[2], caf::exit_reason::kill);
@@ -821,4 +841,275 @@ TEST_CASE("a lost connection with no member dying is answered after the "
   CHECK(col::code_of(op->err) == col::errc::peer_lost);
   CHECK(contains(col::render(op->err), "failed on ranks [0]"));
   CHECK(f.status("g").state == "broken");
+}
+
+TEST_CASE("declaring a group over an actor that is no member fails the "
+          "declaration with invalid_argument naming its position - the "
+          "driver stays up") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto declared = f.declare("d", {actors[0], f.stranger()});
+  f.run();
+  REQUIRE(declared->answers == 1);
+  CHECK(col::code_of(declared->err) == col::errc::invalid_argument);
+  auto text = col::render(declared->err);
+  INFO(text);
+  CHECK(contains(text, "group 'd'"));
+  CHECK(contains(text, "position 1"));
+  CHECK(contains(text, "unexpected_message"));
+  // The member that did join is told; the name is free after destroy.
+  CHECK(has_line(*scripts[0], "abort d: collective.invalid_argument"));
+  CHECK(f.status("d").state == "failed");
+  // The driver survived: its other group still runs ops.
+  CHECK(f.status("g").state == "ready");
+  auto op = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  for (auto& sc : scripts)
+    fixture::finish(*sc, 0);
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(!op->err);
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"d"});
+  f.run();
+  CHECK(!destroyed->err);
+  auto again = f.declare("d", {actors[1], actors[0]});
+  f.run();
+  for (int r = 0; r < 2; ++r)
+    f.ready(actors[1 - r], *scripts[1 - r], "d", r);
+  f.run();
+  REQUIRE(again->answers == 1);
+  CHECK(!again->err);
+}
+
+TEST_CASE("declaring with a null actor, the same actor twice or a dead actor "
+          "is answered at once with invalid_argument naming the position") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto dead = f.stranger();
+  caf::anon_send_exit(dead, caf::exit_reason::kill);
+  f.run();
+  auto null = f.declare("d", {actors[0], caf::actor{}});
+  auto twice = f.declare("e", {actors[0], actors[1], actors[0]});
+  f.run();
+  REQUIRE(null->answers == 1);
+  CHECK(col::code_of(null->err) == col::errc::invalid_argument);
+  CHECK(contains(col::render(null->err), "group 'd'"));
+  CHECK(contains(col::render(null->err), "position 1 is a null actor"));
+  REQUIRE(twice->answers == 1);
+  CHECK(col::code_of(twice->err) == col::errc::invalid_argument);
+  CHECK(contains(col::render(twice->err), "group 'e'"));
+  CHECK(contains(col::render(twice->err), "positions 0 and 2"));
+  // Refused before any member heard of them.
+  for (auto& sc : scripts) {
+    CHECK(!has_line(*sc, "join d"));
+    CHECK(!has_line(*sc, "join e"));
+  }
+  CHECK(f.status("d").state == "unknown");
+  CHECK(f.status("e").state == "unknown");
+  auto gone = f.declare("x", {actors[0], dead});
+  f.run();
+  REQUIRE(gone->answers == 1);
+  CHECK(col::code_of(gone->err) == col::errc::invalid_argument);
+  auto text = col::render(gone->err);
+  INFO(text);
+  CHECK(contains(text, "group 'x'"));
+  CHECK(contains(text, "position 1"));
+  CHECK(contains(text, "is dead"));
+  CHECK(has_line(*scripts[0], "abort x"));
+}
+
+TEST_CASE("an op kind, dtype, reduce op or algorithm outside its enum is "
+          "refused with invalid_argument before a sequence number is taken - "
+          "the group stays usable") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto before = scripts[0]->log.size();
+  auto kind =
+    f.ask_op({"g", static_cast<col::op_kind>(99), {f.ref(1), f.ref(2)}, {}});
+  auto bad_type = static_cast<col::dtype>(77);
+  auto type = f.ask_op({"g",
+                        col::op_kind::allgather,
+                        {f.ref(1, {4}, bad_type), f.ref(2, {4}, bad_type)},
+                        {}});
+  col::op_params bad_op;
+  bad_op.op = static_cast<col::reduce_op>(42);
+  auto unused_op =
+    f.ask_op({"g", col::op_kind::broadcast, {f.ref(1), f.ref(2)}, bad_op});
+  col::op_params bad_algo;
+  bad_algo.algorithm = static_cast<col::allreduce_algorithm>(200);
+  auto algo =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, bad_algo});
+  f.run();
+  for (auto* o : {&kind, &type, &unused_op, &algo}) {
+    REQUIRE((*o)->answers == 1);
+    INFO(col::render((*o)->err));
+    CHECK(col::code_of((*o)->err) == col::errc::invalid_argument);
+  }
+  CHECK(contains(col::render(kind->err), "op kind 99"));
+  CHECK(contains(col::render(type->err), "dtype 77"));
+  CHECK(contains(col::render(unused_op->err), "reduce op 42"));
+  CHECK(contains(col::render(algo->err), "algorithm 200"));
+  for (auto& sc : scripts)
+    CHECK(sc->log.size() == before); // no check, no start
+  auto st = f.status("g");
+  CHECK(st.state == "ready");
+  CHECK(st.next_seq == 0);
+  auto ok = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  CHECK(has_line(*scripts[0], "start g seq 0 barrier"));
+}
+
+TEST_CASE("negative and absurdly large timeouts are refused with "
+          "invalid_argument - the group stays usable") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto before = scripts[0]->log.size();
+  col::op_params negative;
+  negative.timeout_ms = -5;
+  col::op_params huge;
+  huge.timeout_ms = std::numeric_limits<int64_t>::max();
+  auto neg = f.ask_op({"g", col::op_kind::barrier, {}, negative});
+  auto big = f.ask_op({"g", col::op_kind::barrier, {}, huge});
+  f.run();
+  REQUIRE(neg->answers == 1);
+  CHECK(col::code_of(neg->err) == col::errc::invalid_argument);
+  CHECK(contains(col::render(neg->err), "timeout_ms -5"));
+  REQUIRE(big->answers == 1);
+  CHECK(col::code_of(big->err) == col::errc::invalid_argument);
+  CHECK(contains(col::render(big->err), "exceeds the maximum"));
+  for (auto& sc : scripts)
+    CHECK(sc->log.size() == before);
+  CHECK(f.status("g").state == "ready");
+  CHECK(f.status("g").next_seq == 0);
+  // The same bounds hold for a declaration's group timeout.
+  auto zero = f.declare("d", {actors[0]}, 0);
+  auto forever =
+    f.declare("e", {actors[0]}, std::numeric_limits<int64_t>::max());
+  f.run();
+  REQUIRE(zero->answers == 1);
+  CHECK(col::code_of(zero->err) == col::errc::invalid_argument);
+  REQUIRE(forever->answers == 1);
+  CHECK(col::code_of(forever->err) == col::errc::invalid_argument);
+  CHECK(!has_line(*scripts[0], "join"));
+}
+
+TEST_CASE("destroying a group the driver does not know answers "
+          "unknown_group naming it") {
+  fixture f;
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"nowhere"});
+  f.run();
+  REQUIRE(destroyed->answers == 1);
+  CHECK(col::code_of(destroyed->err) == col::errc::unknown_group);
+  CHECK(contains(col::render(destroyed->err), "'nowhere'"));
+}
+
+TEST_CASE("awaiting a group that no member registered for and nobody "
+          "declared answers unknown_group at once - after a registration it "
+          "waits") {
+  fixture f;
+  auto unknown = f.wait_for("nowhere");
+  f.run();
+  REQUIRE(unknown->answers == 1);
+  CHECK(col::code_of(unknown->err) == col::errc::unknown_group);
+  CHECK(contains(col::render(unknown->err), "'nowhere'"));
+  // Asking left no trace of the name behind.
+  CHECK(f.status("nowhere").state == "unknown");
+  std::vector<caf::actor> actors;
+  auto scripts = f.registered_group(2, actors);
+  auto waiter = f.wait_for("g");
+  f.run();
+  CHECK(waiter->answers == 0);
+  for (int r = 0; r < 2; ++r)
+    f.ready(actors[r], *scripts[r], "g", r);
+  f.run();
+  REQUIRE(waiter->answers == 1);
+  CHECK(!waiter->err);
+}
+
+TEST_CASE("a member dying mid-op: every pending op's error names that op, "
+          "not a barrier") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto running = f.ask_op(
+    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
+  f.run();
+  auto queued = f.ask_op(
+    {"g", col::op_kind::allgather, {f.ref(4), f.ref(5), f.ref(6)}, {}});
+  f.run();
+  caf::anon_send_exit(actors[1], caf::exit_reason::kill);
+  f.run();
+  REQUIRE(running->answers == 1);
+  auto text = col::render(running->err);
+  INFO(text);
+  CHECK(col::code_of(running->err) == col::errc::peer_lost);
+  CHECK(contains(text, "group 'g' allreduce seq 0"));
+  CHECK(contains(text, "rank 1 died"));
+  CHECK(!contains(text, "barrier"));
+  REQUIRE(queued->answers == 1);
+  CHECK(contains(col::render(queued->err), "allgather"));
+  CHECK(!contains(col::render(queued->err), "barrier"));
+  auto reason = col::render(f.status("g").reason);
+  CHECK(contains(reason, "rank 1 died"));
+  CHECK(!contains(reason, "barrier"));
+}
+
+TEST_CASE("an actor system without a middleman has a node name of its own: "
+          "unknown-object errors from the driver's store name it") {
+  fixture f;
+  auto here = col::node_name(f.sys);
+  CHECK(here != "invalid-node");
+  CHECK(col::node_name(f.sys) == here); // stable
+  {
+    caf::actor_system_config cfg;
+    caf::actor_system other{cfg};
+    CHECK(col::node_name(other) != here);
+    CHECK(col::local_store(other) != col::local_store(f.sys));
+  }
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors, "g", here);
+  auto store = col::local_store(f.sys);
+  std::vector<col::object_ref> refs;
+  for (int r = 0; r < 2; ++r) {
+    auto ref = store->put(col::tensor::from_vector(std::vector<float>(4)));
+    REQUIRE(ref);
+    refs.push_back(*ref);
+  }
+  store->release(refs[1]);
+  auto gone = f.ask_op({"g", col::op_kind::allreduce, refs, {}});
+  f.run();
+  REQUIRE(gone->answers == 1);
+  auto text = col::render(gone->err);
+  INFO(text);
+  CHECK(col::code_of(gone->err) == col::errc::unknown_object);
+  CHECK(contains(text, "on node " + here));
+  CHECK(!contains(text, "invalid-node"));
+  store->release(refs[0]);
+}
+
+TEST_CASE("send/recv: the bystanders' refs are not checked - the pair's are") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  // Rank 1 would refuse its ref, but it takes no part.
+  scripts[1]->check_errors[8] =
+    col::make_error(col::errc::unknown_object, "no object 8");
+  col::op_params p;
+  p.root = 0;
+  p.peer = 2;
+  auto sent =
+    f.ask_op({"g", col::op_kind::send, {f.ref(7), f.ref(8), f.ref(9)}, p});
+  f.run();
+  CHECK(has_line(*scripts[0], "check g object 7"));
+  CHECK(has_line(*scripts[2], "check g object 9"));
+  CHECK(!has_line(*scripts[1], "check"));
+  CHECK(has_line(*scripts[0], "start g seq 0 send"));
+  CHECK(has_line(*scripts[2], "start g seq 0 send"));
+  CHECK(sent->answers == 0);
 }

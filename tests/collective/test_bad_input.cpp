@@ -272,6 +272,12 @@ TEST_CASE("bad arguments fail before any data moves and the group stays "
     neg.timeout = -5ms;
     expect_error(log, "negative timeout", col::errc::invalid_argument,
                  {g, "allreduce", "-5"}, [&] { col::allreduce(in, g, neg); });
+    // One whose deadline would overflow the clock.
+    col::allreduce_options huge;
+    huge.timeout = col::milliseconds::max();
+    expect_error(log, "huge timeout", col::errc::invalid_argument,
+                 {g, "allreduce", "outside [0, 86400000] ms"},
+                 [&] { col::allreduce(in, g, huge); });
     // After all of that, the group still works.
     expect_usable(log, g, world, rank);
   });
@@ -589,10 +595,10 @@ TEST_CASE("abort fails the running and queued operations at once") {
     } guard{done};
     auto grp = col::get_group(g);
     auto x = col::tensor::from_vector(std::vector<float>(100, 1.0f));
-    auto y = col::tensor::from_vector(std::vector<float>(100, 1.0f));
+    auto y = col::tensor::from_vector(std::vector<float>(200, 1.0f));
     auto start = clock_type::now();
     auto running = col::allreduce_async(x, g);
-    auto queued = col::allreduce_async(y, g);
+    auto queued = col::gather_async(x, y, g);
     std::thread aborter{[grp] {
       std::this_thread::sleep_for(200ms);
       grp->abort("test abort");
@@ -609,10 +615,16 @@ TEST_CASE("abort fails the running and queued operations at once") {
                "queued op: " + col::render(e2));
     log.expect(col::render(e2).find("test abort") != std::string::npos,
                "queued op's error does not say why: " + col::render(e2));
+    log.expect(col::render(e2).find("gather seq 1") != std::string::npos,
+               "queued op's error does not name it: " + col::render(e2));
     log.expect(grp->broken(), "abort did not break the group");
     log.expect(col::render(grp->broken_reason()).find("test abort") !=
                  std::string::npos,
                "broken_reason: " + col::render(grp->broken_reason()));
+    // The history shows both ops as failed: neither stays queued/running.
+    for (const auto& record : grp->recent_ops())
+      log.expect(record.state == col::op_record::phase::failed,
+                 "history after abort:\n" + col::describe(grp->recent_ops()));
   });
   test::check_ranks(results);
   CHECK(elapsed < 10s); // well before the 15 s op timeout
