@@ -166,10 +166,11 @@ caf::error validate_config(const group_config& cfg) {
                       where + "timeout must be in (0, " +
                         std::to_string(max_timeout.count()) + "] ms, got " +
                         std::to_string(cfg.timeout.count()) + " ms");
-  if (cfg.backend != "gloo" && cfg.backend != "nccl" && cfg.backend != "auto")
+  if (cfg.backend != "gloo" && cfg.backend != "shm" && cfg.backend != "nccl" &&
+      cfg.backend != "auto")
     return make_error(errc::invalid_argument,
                       where + "unknown backend '" + cfg.backend +
-                        "' (expected gloo, nccl or auto)");
+                        "' (expected gloo, shm, nccl or auto)");
   return {};
 }
 

@@ -443,14 +443,22 @@ group_options(col::rendezvous_store_ptr store,
   return opts;
 }
 
-/// Runs `body(rank, log)` on `world` ranks that first form the Gloo group
-/// `name`, then checks the results in the test thread.
+#ifndef CAF_COLLECTIVE_TEST_BACKEND
+#define CAF_COLLECTIVE_TEST_BACKEND "gloo"
+#endif
+
+/// The backend run_group forms: the correctness suites are built once per
+/// backend (tests/collective/CMakeLists.txt), so Gloo and shm share them.
+inline constexpr const char* backend_under_test = CAF_COLLECTIVE_TEST_BACKEND;
+
+/// Runs `body(rank, log)` on `world` ranks that first form the group `name`
+/// on backend_under_test, then checks the results in the test thread.
 inline void run_group(int world, const std::string& name,
                       const std::function<void(int, rank_log&)>& body,
                       col::milliseconds timeout = std::chrono::seconds{60}) {
   auto store = col::make_in_process_store();
   auto results = run_threads(world, [&](int rank, rank_log& log) {
-    col::init_collective_group(world, rank, "gloo", name,
+    col::init_collective_group(world, rank, backend_under_test, name,
                                group_options(store, timeout));
     body(rank, log);
     col::destroy_collective_group(name);

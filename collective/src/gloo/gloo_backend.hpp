@@ -17,6 +17,7 @@
 
 #include <caf/expected.hpp>
 
+#include "agreement.hpp"
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
@@ -173,17 +174,6 @@ class gloo_backend : public backend {
   std::mutex abort_mtx_;
   std::string abort_reason_;
 };
-
-/// Mixes what every rank of an operation must agree on (op kind, sizes,
-/// root, dtype, reduce op) into one key.
-inline uint64_t agreement_key(std::initializer_list<uint64_t> parts) noexcept {
-  uint64_t h = 1469598103934665603ull; // FNV-1a
-  for (auto part : parts) {
-    h ^= part;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 /// The Gloo tag of an operation: its sequence number mixed with its
 /// agreement key. Ranks that disagree about sizes would make Gloo abort the

@@ -1,0 +1,130 @@
+// The shared-memory segment of one shm group: its layout, and how the ranks
+// create, attach and unlink it. Private to the shm backend.
+//
+// Layout (every part cache-line aligned):
+//
+//   header            bell (futex word), sleepers, attach count, abort mark
+//   control[W]        per rank: sync epoch, pid, and per epoch parity the
+//                     op's agreement key, counts and published addresses
+//   slot[W]           per rank: two areas of `area_bytes` (A: the rank's
+//                     input chunk, B: its reduced slice) for ranks in
+//                     other processes (staged mode)
+//   mailbox[W][W]     per ordered pair: a one-chunk channel for send/recv
+//
+// Ranks of one process (direct mode) never copy through the slots: they
+// publish their buffers' addresses and read each other's memory.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+
+namespace caf_collective::detail::shm {
+
+inline constexpr size_t cache_line = 64;
+
+/// Largest world size of an shm group (the control blocks hold every
+/// rank's counts for the uneven-size ops).
+inline constexpr int max_world_size = 256;
+
+struct alignas(cache_line) segment_header {
+  uint64_t magic;
+  uint32_t world_size;
+  uint32_t reserved;
+  uint64_t area_bytes;
+  uint64_t mailbox_bytes;
+  std::atomic<uint32_t> attached;
+  /// -1, or the rank whose abort() broke the group for everyone.
+  std::atomic<int32_t> aborted_by;
+  alignas(cache_line) std::atomic<uint32_t> bell; // futex word
+  std::atomic<uint32_t> sleepers;                 // waiters in futex_wait
+};
+
+/// What a rank publishes for one op, double-buffered by the parity of the
+/// op's first sync epoch: a fast rank may start its next op (and write the
+/// other parity) while a slow one still reads this one.
+struct op_notice {
+  uint64_t key;      // agreement key: op, dtype, counts, root, reduce op
+  uint64_t in_addr;  // direct mode: the rank's input buffer
+  uint64_t out_addr; // direct mode: the rank's output buffer
+  // What the key stands for, to name the disagreement in errors.
+  uint64_t count;
+  int32_t root;
+  uint8_t op;
+  uint8_t type;
+  uint8_t reduce;
+};
+
+struct alignas(cache_line) rank_control {
+  std::atomic<uint64_t> epoch; // sync steps completed
+  alignas(cache_line) int32_t pid;
+  op_notice notice[2];
+};
+
+struct alignas(cache_line) mailbox_header {
+  std::atomic<uint64_t> posted; // chunks written by the sender
+  alignas(cache_line) std::atomic<uint64_t> taken; // chunks consumed
+  alignas(cache_line) uint64_t tag;
+  uint64_t total_bytes; // of the whole message
+};
+
+/// A mapped segment; unmapped (and, if still named, unlinked) on
+/// destruction.
+class segment {
+ public:
+  segment() = default;
+  segment(segment&&) noexcept;
+  segment& operator=(segment&&) noexcept;
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  ~segment();
+
+  /// Creates and maps a new segment named `name` for `world_size` ranks.
+  static caf::expected<segment> create(const std::string& name, int world_size,
+                                       size_t area_bytes, size_t mailbox_bytes);
+
+  /// Maps the segment another rank created.
+  static caf::expected<segment> attach(const std::string& name);
+
+  /// Removes the name: the memory lives on while mapped, and nothing is
+  /// left behind once every rank has gone. Idempotent.
+  void unlink();
+
+  segment_header& header() const noexcept { return *header_; }
+
+  int world_size() const noexcept { return int(header_->world_size); }
+
+  rank_control& control(int rank) const noexcept;
+
+  /// Counts area of `rank` for epoch parity `parity`: 2 * W + 2 uint64
+  /// values (the header of allgatherv / alltoallv, agreement.hpp).
+  uint64_t* counts(int rank, int parity) const noexcept;
+
+  /// Staged-mode area A (input chunk) or B (reduced slice) of `rank`.
+  std::byte* area(int rank, int which) const noexcept;
+
+  size_t area_bytes() const noexcept { return header_->area_bytes; }
+
+  mailbox_header& mailbox(int from, int to) const noexcept;
+
+  std::byte* mailbox_data(int from, int to) const noexcept;
+
+  size_t mailbox_bytes() const noexcept { return header_->mailbox_bytes; }
+
+ private:
+  static size_t layout_bytes(int world_size, size_t area_bytes,
+                             size_t mailbox_bytes) noexcept;
+
+  std::byte* base_ = nullptr;
+  size_t bytes_ = 0;
+  segment_header* header_ = nullptr;
+  std::string name_; // empty once unlinked
+};
+
+/// A name for a new segment, unique on this host.
+std::string fresh_segment_name(const std::string& group);
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,233 @@
+// shm backend: sync steps, waiting, agreement, abort and failure detection.
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <map>
+#include <thread>
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shm/shm_backend.hpp"
+
+namespace caf_collective::detail::shm {
+
+namespace {
+
+// Iterations of the spin before a waiter sleeps: long enough for a peer on
+// another core to answer a small op, short enough that 8 ranks on 2 cores
+// do not burn their time slices (measured in docs/benchmarks.md).
+constexpr int spin_iterations = 2000;
+
+// A sleeping waiter wakes at least this often to check the deadline, the
+// abort mark and whether its peers are alive.
+constexpr auto sleep_slice = std::chrono::milliseconds{20};
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value,
+           const timespec* timeout) noexcept {
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value,
+                 timeout, nullptr, 0);
+}
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string result = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) result += ", ";
+    result += std::to_string(ranks[i]);
+  }
+  return result + "]";
+}
+
+// "allreduce (sum) of 4 float32", "broadcast of 8 int32 from root 1".
+std::string describe(const op_notice& n) {
+  auto op = static_cast<op_kind>(n.op);
+  auto type = static_cast<dtype>(n.type);
+  std::string result{is_valid(op) ? to_string(op) : "an unknown op"};
+  if (op == op_kind::allreduce || op == op_kind::reduce ||
+      op == op_kind::reduce_scatter)
+    result +=
+      " (" + std::string{to_string(static_cast<reduce_op>(n.reduce))} + ")";
+  result +=
+    " of " + std::to_string(n.count) + " " + std::string{to_string(type)};
+  if (op == op_kind::broadcast || op == op_kind::reduce ||
+      op == op_kind::gather || op == op_kind::scatter)
+    result += " with root " + std::to_string(n.root);
+  return result;
+}
+
+bool process_gone(int32_t pid) noexcept {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+} // namespace
+
+error_context shm_backend::context(op_kind op,
+                                   const op_call* call) const noexcept {
+  if (call == nullptr) { // formation: no op
+    error_context where;
+    where.group = group_name_;
+    where.rank = rank_;
+    where.world_size = world_size_;
+    return where;
+  }
+  return {group_name_, op, static_cast<int64_t>(call->seq), rank_, world_size_};
+}
+
+void shm_backend::ring() noexcept {
+  auto& h = seg_.header();
+  h.bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h.sleepers.load(std::memory_order_seq_cst) > 0)
+    futex(&h.bell, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
+                                       const std::vector<int>& waiting_for) {
+  if (aborted_.load(std::memory_order_acquire))
+    return make_error(errc::aborted, context(op, call),
+                      "backend aborted: " + abort_reason_);
+  auto by = seg_.header().aborted_by.load(std::memory_order_acquire);
+  if (by >= 0 && by != rank_)
+    return make_error(errc::peer_lost, context(op, call),
+                      "rank " + std::to_string(by) +
+                        " left the group (it aborted its shm group)");
+  std::vector<int> dead;
+  for (int r : waiting_for)
+    if (pids_[size_t(r)] > 0 && pids_[size_t(r)] != pids_[size_t(rank_)] &&
+        process_gone(pids_[size_t(r)]))
+      dead.push_back(r);
+  if (!dead.empty())
+    return make_error(errc::peer_lost, context(op, call),
+                      "the process of rank" +
+                        std::string{dead.size() > 1 ? "s " : " "} +
+                        list_ranks(dead) + " died (pid " +
+                        std::to_string(pids_[size_t(dead[0])]) + ")");
+  return {};
+}
+
+caf::error
+shm_backend::wait_until(const std::function<bool()>& ready,
+                        const std::function<std::vector<int>()>& laggards,
+                        op_kind op, const op_call* call,
+                        clock::time_point deadline) {
+  for (int i = 0; i < spin_iterations; ++i) {
+    if (ready()) return {};
+    cpu_relax();
+    if (i % 64 == 63) std::this_thread::yield();
+  }
+  auto& h = seg_.header();
+  for (;;) {
+    auto bell = h.bell.load(std::memory_order_seq_cst);
+    if (ready()) return {};
+    if (auto err = failure_if_any(op, call, laggards())) return err;
+    auto now = clock::now();
+    if (now >= deadline) {
+      auto missing = laggards();
+      return make_error(
+        errc::timeout, context(op, call),
+        "not finished within " +
+          std::to_string(call ? call->timeout.count() : 0) + " ms: ranks " +
+          list_ranks(missing) +
+          " did not arrive (they did not call this operation, are too slow "
+          "or stopped)");
+    }
+    auto slice = std::min<clock::duration>(deadline - now, sleep_slice);
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice);
+    timespec ts{static_cast<time_t>(ns.count() / 1000000000),
+                static_cast<long>(ns.count() % 1000000000)};
+    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
+    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+caf::error shm_backend::step(op_state& st) {
+  auto target = ++epoch_;
+  seg_.control(rank_).epoch.store(target, std::memory_order_release);
+  ring();
+  auto ready = [this, target] {
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
+        return false;
+    return true;
+  };
+  auto laggards = [this, target] {
+    std::vector<int> result;
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
+        result.push_back(r);
+    return result;
+  };
+  return wait_until(ready, laggards, st.op, st.call, st.deadline);
+}
+
+caf::error shm_backend::begin(op_state& st, op_notice notice,
+                              std::span<const uint64_t> counts) {
+  st.first_epoch = epoch_ + 1;
+  auto parity = st.parity();
+  seg_.control(rank_).notice[parity] = notice;
+  if (!counts.empty())
+    std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
+  if (auto err = step(st)) return err;
+  // Every rank published before stepping; nobody overwrites this parity
+  // before every rank passed this op's last step.
+  std::map<uint64_t, std::vector<int>> keys;
+  for (int r = 0; r < world_size_; ++r)
+    keys[seg_.control(r).notice[parity].key].push_back(r);
+  if (keys.size() == 1) return {};
+  std::string detail = "ranks disagree on the operation's arguments:";
+  for (const auto& [key, ranks] : keys)
+    detail += " ranks " + list_ranks(ranks) + " called " +
+              describe(seg_.control(ranks[0]).notice[parity]) + ";";
+  detail.pop_back();
+  return make_error(errc::mismatch, context(st.op, st.call), detail);
+}
+
+void shm_backend::abort(std::string_view why) {
+  if (aborted_.load()) return;
+  abort_reason_ = std::string{why};
+  aborted_.store(true, std::memory_order_release);
+  int32_t none = -1;
+  // The first rank to abort breaks the group for its peers too: they fail
+  // at once with peer_lost instead of waiting for their deadline.
+  seg_.header().aborted_by.compare_exchange_strong(none, rank_);
+  ring();
+}
+
+caf::error shm_backend::finish_formation(clock::time_point deadline) {
+  auto& h = seg_.header();
+  h.attached.fetch_add(1, std::memory_order_acq_rel);
+  ring();
+  auto ready = [&] {
+    return h.attached.load(std::memory_order_acquire) >=
+           static_cast<uint32_t>(world_size_);
+  };
+  auto laggards = [&] {
+    std::vector<int> result;
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).pid == 0) result.push_back(r);
+    return result;
+  };
+  if (auto err =
+        wait_until(ready, laggards, op_kind::barrier, nullptr, deadline)) {
+    seg_.unlink();
+    return err;
+  }
+  for (int r = 0; r < world_size_; ++r)
+    pids_[size_t(r)] = seg_.control(r).pid;
+  direct_ = std::all_of(pids_.begin(), pids_.end(),
+                        [&](int32_t pid) { return pid == pids_[0]; });
+  // Every rank has the segment mapped: a killed process leaves nothing.
+  seg_.unlink();
+  return {};
+}
+
+} // namespace caf_collective::detail::shm
