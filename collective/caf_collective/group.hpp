@@ -41,8 +41,9 @@ struct group_config {
   int world_size = 0;
   /// This member's rank in [0, world_size).
   int rank = -1;
-  /// "gloo", "nccl", or "auto" (nccl for CUDA work when built with it,
-  /// else gloo).
+  /// "gloo", "shm" (every rank on this host, through shared memory),
+  /// "nccl", or "auto": shm when every rank runs on this host (the ranks
+  /// compare boot id and hostname at formation), else gloo.
   std::string backend = "gloo";
   /// Where the members find each other; must be shared by all of them.
   rendezvous_store_ptr store;
@@ -93,7 +94,11 @@ class group : public std::enable_shared_from_this<group> {
 
   int world_size() const noexcept { return cfg_.world_size; }
 
+  /// The backend asked for: "gloo", "shm", "nccl" or "auto".
   const std::string& backend_name() const noexcept { return cfg_.backend; }
+
+  /// The backend the group runs on ("auto" resolved); empty until formed.
+  std::string backend_in_use() const;
 
   milliseconds default_timeout() const noexcept { return cfg_.timeout; }
 
@@ -173,8 +178,9 @@ class group : public std::enable_shared_from_this<group> {
   // has posted the matching receive, so on one lane a ring of
   // send_async + recv would deadlock.
   std::unique_ptr<detail::lane> send_lane_;
-  backend_ptr backend_;    // created and used on the lane only
-  std::mutex backend_mtx_; // guards backend_ against abort() from outside
+  backend_ptr backend_;            // created and used on the lane only
+  mutable std::mutex backend_mtx_; // guards backend_ (abort() from outside)
+  std::string backend_in_use_;     // guarded by backend_mtx_
   work formed_; // completes when the backend exists (or formation failed)
   std::atomic<bool> broken_{false};
   std::atomic<bool> closed_{false}; // set under submit_mtx_

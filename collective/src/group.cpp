@@ -60,6 +60,7 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     {
       std::lock_guard<std::mutex> guard{self->backend_mtx_};
       self->backend_ = std::move(*created);
+      self->backend_in_use_ = std::string{self->backend_->name()};
     }
     static auto& log = detail::logger_for("group");
     log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
@@ -77,6 +78,11 @@ caf::expected<std::shared_ptr<group>> group::create(group_config cfg) {
   if (!result) return result;
   if (auto err = formed.wait()) return err;
   return result;
+}
+
+std::string group::backend_in_use() const {
+  std::lock_guard<std::mutex> guard{backend_mtx_};
+  return backend_in_use_;
 }
 
 caf::error group::broken_reason() const {

@@ -1,71 +1,24 @@
 // Ranks as separate processes, meeting through a file store in a fresh
 // temporary directory.
 #include <chrono>
-#include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <doctest/doctest.h>
-
-extern char** environ;
+#include "process_support.hpp"
 
 namespace {
 
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("caf_collective_procs_" + std::to_string(rd()) + "_" +
-            std::to_string(rd()));
-    std::filesystem::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using test::temp_dir;
 
 pid_t spawn_rank(int world, int rank, const std::string& dir,
                  std::string timeout_ms = "60000") {
-  std::string exe = CAF_COLLECTIVE_RANK_PROCESS;
-  std::vector<std::string> args{exe, std::to_string(world),
-                                std::to_string(rank), dir, timeout_ms};
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc =
-    posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
-  REQUIRE(rc == 0);
-  return pid;
+  return test::spawn_process(
+    CAF_COLLECTIVE_RANK_PROCESS,
+    {std::to_string(world), std::to_string(rank), dir, timeout_ms});
 }
 
-/// Waits for `pid` up to `limit`; kills it after that. Returns the exit
-/// status, or -1 if it was killed or died by a signal.
 int wait_rank(pid_t pid, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    auto r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      return -1;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    usleep(10000);
-  }
+  return test::wait_process(pid, limit);
 }
 
 void run_processes(int world) {

@@ -44,6 +44,8 @@ using u128 = unsigned __int128;
 constexpr size_t size_max = std::numeric_limits<size_t>::max();
 constexpr size_t int64_max = size_t{std::numeric_limits<int64_t>::max()};
 constexpr int max_world = 3;
+/// The longest per-op deadline accepted (24 h); longer ones are refused.
+constexpr int64_t max_timeout_ms = 24 * 3600 * 1000;
 /// Views larger than this are backed by 64 bytes only: calls on them must
 /// be refused (the test never issues a call it predicts to succeed on one).
 constexpr size_t max_backed_bytes = size_t{1} << 20;
@@ -507,10 +509,14 @@ call draw_common(rng_t& r, int n, op kind) {
            : r.chance(0.8) ? static_cast<uint8_t>(1 + r.below(5))
                            : static_cast<uint8_t>(6 + r.below(250));
   auto t = r.below(100);
-  c.timeout_ms = t < 94   ? 0
-                 : t < 97 ? 4000
-                 : t < 99 ? -static_cast<int64_t>(1 + r.below(1000))
-                          : std::numeric_limits<int64_t>::min();
+  const int64_t beyond[] = {max_timeout_ms + 1, int64_t{10'000'000'000'000},
+                            std::numeric_limits<int64_t>::max()};
+  const int64_t negative[] = {-1, -1000, std::numeric_limits<int64_t>::min()};
+  c.timeout_ms = t < 93   ? 0
+                 : t < 95 ? 4000
+                 : t < 96 ? max_timeout_ms
+                 : t < 98 ? r.pick(negative)
+                          : r.pick(beyond);
   c.root = draw_rank(r, n);
   c.option_root = r.chance(0.9) ? 0 : r.chance(0.5) ? c.root : draw_rank(r, n);
   c.tag = static_cast<uint32_t>(r.gen());
@@ -746,8 +752,12 @@ std::optional<size_t> fitting_sum(const std::vector<size_t>& counts,
 }
 
 /// Whether rank `r`'s own arguments pass the documented checks.
+bool timeout_ok(const call& c) {
+  return c.timeout_ms >= 0 && c.timeout_ms <= max_timeout_ms;
+}
+
 bool locally_valid(const call& c, int r) {
-  if (c.timeout_ms < 0) return false;
+  if (!timeout_ok(c)) return false;
   int n = c.world;
   auto w = static_cast<u128>(n);
   const auto& in = c.in[r];
@@ -831,7 +841,7 @@ bool locally_valid(const call& c, int r) {
 
 /// The p2p receive of rank `r` (its form may differ from the send's).
 bool recv_locally_valid(const call& c, int r) {
-  if (c.timeout_ms < 0) return false;
+  if (!timeout_ok(c)) return false;
   bool free_recv = c.recv_how != form::method;
   if (free_recv && c.option_root != -1 && c.option_root != c.src[r])
     return false;
@@ -1498,7 +1508,7 @@ TEST_CASE("property: random calls of every op on 3 ranks end in the right "
 
 TEST_CASE("property: random counts vectors of allgatherv and alltoallv on "
           "3 ranks: right result, invalid_argument or mismatch") {
-  auto st = run_property("property-v", 3, 3, 700, draw_vector_form);
+  auto st = run_property("property-v", 3, 3, 500, draw_vector_form);
   report(st);
   check_coverage(st, {op::allgatherv, op::alltoallv});
   CHECK(st.by_outcome[static_cast<int>(outcome::mismatch)] > 0);
@@ -1511,4 +1521,38 @@ TEST_CASE("property: sizes whose product with the world size wraps around "
   auto st = run_property("property-wrap", 4, 3, 60, draw_wrapping_call);
   report(st);
   CHECK(st.by_outcome[static_cast<int>(outcome::invalid)] == st.cases);
+}
+
+TEST_CASE("property: allreduce (sum) is right for every count of the legacy "
+          "algorithms up to 12 KiB: float32 on 2 ranks, int32 on 3 ranks") {
+  // Counts in the legacy algorithms' range, each a fresh cached instance.
+  struct sweep {
+    int world;
+    col::dtype type;
+    size_t max_count;
+  };
+  for (auto [world, type, max_count] : {sweep{2, col::dtype::float32, 3072},
+                                        sweep{3, col::dtype::int32, 1024}}) {
+    INFO("world " << world << ", " << col::to_string(type));
+    auto want = reference_of(type, col::reduce_op::sum, world, 0, max_count);
+    auto name = "sweep-" + std::to_string(world);
+    test::run_group(
+      world, name,
+      [&](int rank, rank_log& log) {
+        for (size_t count = 1; count <= max_count; ++count) {
+          auto x = test::make_tensor(type, count);
+          test::fill_input(x, col::reduce_op::sum, rank);
+          try {
+            col::allreduce(x, name);
+          } catch (const std::exception& e) {
+            log.fail("allreduce of " + std::to_string(count) + ": " + e.what());
+            return; // the group is broken
+          }
+          if (!log.expect_equal("allreduce of " + std::to_string(count), x,
+                                want.view().slice(0, count)))
+            return;
+        }
+      },
+      10s);
+  }
 }

@@ -98,7 +98,8 @@ cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
   context_->nextSlot(
     static_cast<int>(agreement_key({uint64_t(algo), uint64_t(carrier), count,
                                     uint64_t(key_op)}) %
-                     4096));
+                     4096) +
+    1); // Gloo refuses a skip of 0
   cached_allreduce entry;
   entry.algorithm = algo;
   entry.carrier = carrier;

@@ -133,6 +133,11 @@ class shm_backend : public backend {
                         op_kind op, const op_call* call,
                         clock::time_point deadline);
 
+  /// Direct mode: marks this rank as reading its peers' buffers, unless a
+  /// peer has aborted (then nothing may be read: its caller may free them).
+  caf::error start_reading(const op_state& st);
+  void stop_reading() noexcept;
+
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
 
@@ -176,8 +181,12 @@ class shm_backend : public backend {
   bool direct_ = false;
   uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
   std::atomic<bool> aborted_{false};
+  // Why an op of this rank failed (timeout, peer_lost), else aborted: what
+  // abort() tells the peers.
+  std::atomic<errc> failed_code_{errc::aborted};
   std::string abort_reason_; // set once before aborted_
   std::vector<int32_t> pids_;
+  std::vector<int> pidfds_; // -1, or a pidfd of a rank in another process
   // Carrier scratch of the reductions: fixed size, allocated once.
   std::vector<std::byte> acc_;
   std::vector<std::byte> tmp_;

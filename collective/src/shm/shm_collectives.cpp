@@ -138,6 +138,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                     std::min(chunk, mine_bytes - start));
       if (auto err = step(st)) return err;
     }
+    if (auto err = start_reading(st)) return err;
     for (const auto& n : needs) {
       if (n.peer == rank_) continue;
       auto lo = std::max(n.src_offset, start);
@@ -146,6 +147,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
         std::memcpy(out + n.dst_offset + (lo - n.src_offset),
                     source(st, n.peer, start) + (lo - start), hi - lo);
     }
+    stop_reading();
     // Nobody reuses its buffer or area before every rank read it.
     if (auto err = step(st)) return err;
   }
@@ -348,13 +350,16 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     }
     // Phase 1: my slice of this round, across every rank's input.
     auto [lo, hi] = slice_of(count, rank_, world_size_);
+    if (auto err = start_reading(st)) return err;
     reduce_range(st, start, first + lo, hi - lo, in.type(), opts.op,
                  bytes_of(out) + start + lo * es);
+    stop_reading();
     if (!direct_)
       std::memcpy(seg_.area(rank_, 1) + lo * es,
                   bytes_of(out) + start + lo * es, (hi - lo) * es);
     if (auto err = step(st)) return err;
     // Phase 2: every other slice from the rank that reduced it.
+    if (auto err = start_reading(st)) return err;
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       auto [rlo, rhi] = slice_of(count, r, world_size_);
@@ -365,6 +370,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                 : seg_.area(r, 1) + rlo * es;
       std::memcpy(bytes_of(out) + start + rlo * es, from, (rhi - rlo) * es);
     }
+    stop_reading();
     if (auto err = step(st)) return err;
   }
   return {};
@@ -419,9 +425,12 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     }
     auto lo = std::max(first, want_first);
     auto hi = std::min(first + count, want_first + want_count);
-    if (lo < hi)
+    if (lo < hi) {
+      if (auto err = start_reading(st)) return err;
       reduce_range(st, first * es, lo, hi - lo, in.type(), op,
                    bytes_of(out) + (lo - want_first) * es);
+      stop_reading();
+    }
     if (auto err = step(st)) return err;
   }
   return {};

@@ -61,14 +61,17 @@ std::string host_identity() {
 
 shm_backend::shm_backend(const group_config& cfg, segment seg)
   : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
-    seg_(std::move(seg)), pids_(size_t(cfg.world_size), 0), acc_(16 * 2048),
-    tmp_(16 * 2048), sources_(size_t(cfg.world_size)) {
+    seg_(std::move(seg)), pids_(size_t(cfg.world_size), 0),
+    pidfds_(size_t(cfg.world_size), -1), acc_(16 * 2048), tmp_(16 * 2048),
+    sources_(size_t(cfg.world_size)) {
   seg_.control(rank_).pid = static_cast<int32_t>(getpid());
 }
 
 shm_backend::~shm_backend() {
   // Peers are never waiting for this rank once the group is done with its
   // ops: nothing to tell them. A broken group was aborted already.
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
 }
 
 bool shm_backend::supports(op_kind, device_kind kind, dtype) const noexcept {

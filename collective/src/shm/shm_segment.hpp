@@ -37,8 +37,12 @@ struct alignas(cache_line) segment_header {
   uint64_t area_bytes;
   uint64_t mailbox_bytes;
   std::atomic<uint32_t> attached;
-  /// -1, or the rank whose abort() broke the group for everyone.
+  /// -1, or the rank whose abort() broke the group for everyone (-2 while
+  /// that rank writes abort_code).
   std::atomic<int32_t> aborted_by;
+  /// Why it aborted: an errc (timeout, peer_lost: its op had failed; aborted:
+  /// it was told to).
+  std::atomic<uint32_t> abort_code;
   alignas(cache_line) std::atomic<uint32_t> bell; // futex word
   std::atomic<uint32_t> sleepers;                 // waiters in futex_wait
 };
@@ -60,6 +64,9 @@ struct op_notice {
 
 struct alignas(cache_line) rank_control {
   std::atomic<uint64_t> epoch; // sync steps completed
+  /// Non-zero while this rank reads other ranks' buffers (direct mode); an
+  /// aborting rank waits for it before its caller may free them.
+  alignas(cache_line) std::atomic<uint32_t> reading;
   alignas(cache_line) int32_t pid;
   op_notice notice[2];
 };

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,7 +65,13 @@ std::string describe(const op_notice& n) {
   return result;
 }
 
-bool process_gone(int32_t pid) noexcept {
+// A pidfd turns readable when its process ends, zombie or not; without one
+// (kernels before 5.3) a reaped process is gone from kill's view.
+bool process_gone(int32_t pid, int pidfd) noexcept {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
   return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
@@ -94,23 +101,35 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
   if (aborted_.load(std::memory_order_acquire))
     return make_error(errc::aborted, context(op, call),
                       "backend aborted: " + abort_reason_);
-  auto by = seg_.header().aborted_by.load(std::memory_order_acquire);
-  if (by >= 0 && by != rank_)
-    return make_error(errc::peer_lost, context(op, call),
-                      "rank " + std::to_string(by) +
-                        " left the group (it aborted its shm group)");
   std::vector<int> dead;
   for (int r : waiting_for)
     if (pids_[size_t(r)] > 0 && pids_[size_t(r)] != pids_[size_t(rank_)] &&
-        process_gone(pids_[size_t(r)]))
+        process_gone(pids_[size_t(r)], pidfds_[size_t(r)]))
       dead.push_back(r);
   if (!dead.empty())
-    return make_error(errc::peer_lost, context(op, call),
-                      "the process of rank" +
-                        std::string{dead.size() > 1 ? "s " : " "} +
-                        list_ranks(dead) + " died (pid " +
-                        std::to_string(pids_[size_t(dead[0])]) + ")");
-  return {};
+    return make_error(
+      errc::peer_lost, context(op, call),
+      (dead.size() == 1 ? "the process of rank " + std::to_string(dead[0])
+                        : "the processes of ranks " + list_ranks(dead)) +
+        " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
+  // After the dead-process check: a survivor that saw a death first and
+  // aborted its group must not hide which rank died.
+  auto by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  while (by == -2) { // a peer is writing why it aborts: a few instructions
+    std::this_thread::yield();
+    by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  }
+  if (by < 0 || by == rank_) return {};
+  auto code = static_cast<errc>(seg_.header().abort_code.load());
+  if (code == errc::timeout && !waiting_for.empty())
+    // It gave up on the same ranks this rank waits for: the same timeout.
+    return make_error(errc::timeout, context(op, call),
+                      "ranks " + list_ranks(waiting_for) +
+                        " did not arrive; rank " + std::to_string(by) +
+                        " timed out waiting for them and left the group");
+  return make_error(errc::peer_lost, context(op, call),
+                    "rank " + std::to_string(by) + " left the group (" +
+                      std::string{to_string(code)} + ")");
 }
 
 caf::error
@@ -127,10 +146,14 @@ shm_backend::wait_until(const std::function<bool()>& ready,
   for (;;) {
     auto bell = h.bell.load(std::memory_order_seq_cst);
     if (ready()) return {};
-    if (auto err = failure_if_any(op, call, laggards())) return err;
+    if (auto err = failure_if_any(op, call, laggards())) {
+      failed_code_.store(code_of(err));
+      return err;
+    }
     auto now = clock::now();
     if (now >= deadline) {
       auto missing = laggards();
+      failed_code_.store(errc::timeout);
       return make_error(
         errc::timeout, context(op, call),
         "not finished within " +
@@ -191,15 +214,48 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
   return make_error(errc::mismatch, context(st.op, st.call), detail);
 }
 
+caf::error shm_backend::start_reading(const op_state& st) {
+  if (!direct_) return {};
+  auto& mine = seg_.control(rank_).reading;
+  mine.store(1, std::memory_order_seq_cst);
+  // Paired with abort(): either the aborting rank sees our mark and waits,
+  // or we see its abort and read nothing.
+  if (auto err = failure_if_any(st.op, st.call, {})) {
+    mine.store(0, std::memory_order_release);
+    return err;
+  }
+  return {};
+}
+
+void shm_backend::stop_reading() noexcept {
+  if (direct_) seg_.control(rank_).reading.store(0, std::memory_order_release);
+}
+
 void shm_backend::abort(std::string_view why) {
   if (aborted_.load()) return;
   abort_reason_ = std::string{why};
   aborted_.store(true, std::memory_order_release);
-  int32_t none = -1;
   // The first rank to abort breaks the group for its peers too: they fail
-  // at once with peer_lost instead of waiting for their deadline.
-  seg_.header().aborted_by.compare_exchange_strong(none, rank_);
+  // at once instead of reading buffers its caller is about to free. It
+  // tells them why: after its own timeout they report the same timeout.
+  auto& h = seg_.header();
+  int32_t none = -1;
+  if (h.aborted_by.compare_exchange_strong(none, -2,
+                                           std::memory_order_seq_cst)) {
+    h.abort_code.store(static_cast<uint32_t>(failed_code_.load()));
+    h.aborted_by.store(rank_, std::memory_order_seq_cst);
+  }
   ring();
+  // Direct mode: a peer may be copying out of our buffers right now. Our
+  // caller frees them once we return, so wait until no peer reads (a copy
+  // takes far less than this bound even for gigabytes).
+  if (!direct_) return;
+  auto until = clock::now() + std::chrono::seconds{5};
+  for (int r = 0; r < world_size_; ++r)
+    while (r != rank_ &&
+           seg_.control(r).reading.load(std::memory_order_seq_cst) != 0 &&
+           clock::now() < until)
+      std::this_thread::yield();
 }
 
 caf::error shm_backend::finish_formation(clock::time_point deadline) {
@@ -221,8 +277,12 @@ caf::error shm_backend::finish_formation(clock::time_point deadline) {
     seg_.unlink();
     return err;
   }
-  for (int r = 0; r < world_size_; ++r)
+  for (int r = 0; r < world_size_; ++r) {
     pids_[size_t(r)] = seg_.control(r).pid;
+    if (pids_[size_t(r)] != pids_[size_t(rank_)])
+      pidfds_[size_t(r)] =
+        static_cast<int>(syscall(SYS_pidfd_open, pids_[size_t(r)], 0));
+  }
   direct_ = std::all_of(pids_.begin(), pids_.end(),
                         [&](int32_t pid) { return pid == pids_[0]; });
   // Every rank has the segment mapped: a killed process leaves nothing.

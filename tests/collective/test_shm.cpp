@@ -1,0 +1,249 @@
+// The shm backend beyond the shared correctness suites: ranks in separate
+// processes (staged mode, several rounds per op), faults (a killed and a
+// stopped process, abort from another thread, a rank that never joins,
+// ranks that disagree), host checks, and nothing left in /dev/shm.
+#include <atomic>
+#include <filesystem>
+#include <latch>
+#include <thread>
+
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+using test::expect_error;
+using test::expect_usable;
+using test::rank_log;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+/// Names in /dev/shm that belong to groups called `group` (segments are
+/// named after their group): none may outlive a test.
+std::vector<std::string> leftovers(const std::string& group) {
+  std::vector<std::string> result;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
+      result.push_back(entry.path().string());
+  return result;
+}
+
+pid_t spawn(const std::string& mode, int world, int rank,
+            const test::temp_dir& dir, const std::string& group,
+            std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{mode, std::to_string(world),
+                                std::to_string(rank), dir.path.string(), group};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return test::spawn_process(CAF_COLLECTIVE_SHM_RANK_PROCESS, args);
+}
+
+/// Forms an shm group of `world` threads and runs `body` on each.
+void run_threads(int world, const std::string& name,
+                 const std::function<void(int, rank_log&)>& body,
+                 col::milliseconds timeout = 20s) {
+  auto store = col::make_in_process_store();
+  std::latch done{world};
+  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
+    col::init_collective_group(world, rank, "shm", name,
+                               test::group_options(store, timeout));
+    body(rank, log);
+    done.arrive_and_wait();
+    col::destroy_collective_group(name);
+  });
+  test::check_ranks(results);
+}
+
+/// Sleeper as the last rank, survivors before it; `fault` is applied to
+/// the sleeper once the survivors are inside their allreduce.
+void run_fault(const std::string& group, const std::string& expected,
+               const std::string& op_timeout_ms, int fault_signal) {
+  test::temp_dir dir;
+  constexpr int world = 3;
+  std::vector<pid_t> survivors;
+  for (int r = 0; r < world - 1; ++r)
+    survivors.push_back(
+      spawn("survivor", world, r, dir, group, {expected, op_timeout_ms}));
+  auto sleeper = spawn("sleeper", world, world - 1, dir, group);
+  // Formation and the barrier take well under this; then the survivors
+  // wait in their allreduce for a rank that never comes.
+  std::this_thread::sleep_for(1500ms);
+  auto start = clock_type::now();
+  kill(sleeper, fault_signal);
+  for (auto pid : survivors)
+    CHECK(test::wait_process(pid, std::chrono::seconds{60}) == 0);
+  auto elapsed = clock_type::now() - start;
+  kill(sleeper, SIGKILL);
+  test::wait_process(sleeper, std::chrono::seconds{10});
+  CHECK(leftovers(group).empty());
+  // The point of detecting death: far sooner than the 20 s deadline.
+  if (fault_signal == SIGKILL) CHECK(elapsed < 10s);
+}
+
+} // namespace
+
+TEST_CASE("shm: ranks in separate processes run every op, in rounds larger "
+          "than one staging area") {
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    test::temp_dir dir;
+    std::string group = "procs" + std::to_string(world);
+    std::vector<pid_t> pids;
+    for (int r = 0; r < world; ++r)
+      pids.push_back(spawn("ops", world, r, dir, group));
+    for (auto pid : pids)
+      CHECK(test::wait_process(pid, std::chrono::seconds{120}) == 0);
+    CHECK(leftovers(group).empty());
+  }
+}
+
+TEST_CASE("shm: a killed process makes every survivor fail with peer_lost "
+          "naming it, long before the deadline; the survivors form again") {
+  run_fault("killed", "peer_lost", "20000", SIGKILL);
+}
+
+TEST_CASE("shm: a stopped process makes every survivor time out naming it; "
+          "the survivors form again") {
+  run_fault("stopped", "timeout", "1500", SIGSTOP);
+}
+
+TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
+          "and fails its peer's next op") {
+  auto store = col::make_in_process_store();
+  std::latch aborted{2};
+  clock_type::duration elapsed{};
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "shm", "abort-shm",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("abort-shm");
+    if (rank == 0) {
+      std::thread aborter{[g] {
+        std::this_thread::sleep_for(200ms);
+        g->abort("the test aborts");
+      }};
+      std::vector<float> x(16, 1.0f);
+      auto start = clock_type::now();
+      auto err = g->allreduce(col::view_of(x), col::view_of(x)).wait();
+      elapsed = clock_type::now() - start;
+      aborter.join();
+      log.expect(col::code_of(err) == col::errc::aborted,
+                 "waiting rank: " + col::render(err));
+      aborted.arrive_and_wait();
+    } else {
+      aborted.arrive_and_wait();
+      std::vector<float> x(16, 1.0f);
+      auto err = g->allreduce(col::view_of(x), col::view_of(x)).wait();
+      log.expect(col::code_of(err) == col::errc::peer_lost &&
+                   col::render(err).find("rank 0") != std::string::npos,
+                 "peer of the aborted rank: " + col::render(err));
+    }
+  });
+  test::check_ranks(results);
+  CHECK(elapsed < 5s);
+}
+
+TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    expect_error(log, "init", col::errc::timeout, {"never-joins", "rank 2"},
+                 [&] {
+                   col::init_collective_group(3, rank, "shm", "never-joins",
+                                              test::group_options(store, 1s));
+                 });
+  });
+  test::check_ranks(results);
+  CHECK(leftovers("never").empty());
+}
+
+TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "
+          "group stays usable") {
+  run_threads(3, "disagree", [](int rank, rank_log& log) {
+    auto type = rank == 2 ? col::dtype::int32 : col::dtype::float32;
+    auto x = test::make_tensor(type, 8);
+    expect_error(log, "allreduce", col::errc::mismatch,
+                 {"ranks [0, 1] called allreduce (sum) of 8 float32",
+                  "ranks [2] called allreduce (sum) of 8 int32"},
+                 [&] { col::allreduce(x, "disagree"); });
+    auto y = test::make_tensor(col::dtype::float32, 8);
+    col::broadcast_options bopts;
+    bopts.root = rank == 0 ? 1 : 0;
+    expect_error(log, "broadcast", col::errc::mismatch, {"with root 1"},
+                 [&] { col::broadcast(y, y, "disagree", bopts); });
+    auto z = test::make_tensor(col::dtype::float32, rank == 1 ? 4 : 8);
+    expect_error(log, "barrier vs allreduce", col::errc::mismatch,
+                 {"barrier", "allreduce"}, [&] {
+                   if (rank == 0)
+                     col::barrier("disagree");
+                   else
+                     col::allreduce(z, "disagree");
+                 });
+    expect_usable(log, "disagree", 3, rank);
+  });
+}
+
+TEST_CASE("shm: a recv with another tag fails with mismatch and the message "
+          "stays for the matching recv") {
+  run_threads(2, "tags", [](int rank, rank_log& log) {
+    std::vector<int32_t> buf(1000, rank == 0 ? 5 : -1);
+    if (rank == 0) {
+      col::send_options opts;
+      opts.tag = 7;
+      col::send(col::view_of(buf), 1, "tags", opts);
+      return;
+    }
+    col::recv_options wrong;
+    wrong.tag = 8;
+    expect_error(log, "recv tag 8", col::errc::mismatch, {"tag 7", "tag 8"},
+                 [&] { col::recv(col::view_of(buf), 0, "tags", wrong); });
+    log.expect(buf[0] == -1, "the mismatched recv wrote data");
+    col::recv_options right;
+    right.tag = 7;
+    col::recv(col::view_of(buf), 0, "tags", right);
+    log.expect(buf[0] == 5 && buf[999] == 5, "the matching recv");
+  });
+}
+
+TEST_CASE("shm: ranks on another host are refused by name at formation") {
+  auto store = col::make_in_process_store();
+  // Rank 1 "runs" elsewhere: its identity is in the store, from another
+  // boot of another machine.
+  auto prefixed = col::make_prefix_store("shm/elsewhere", store);
+  std::string other = "00000000-0000-0000-0000-000000000000/far-away";
+  REQUIRE(!prefixed->set("host/1", {other.begin(), other.end()}));
+  col::member_scope scope;
+  test::check_error(col::errc::invalid_argument,
+                    {"every rank on one host", "ranks [1]", "far-away"}, [&] {
+                      col::init_collective_group(
+                        2, 0, "shm", "elsewhere",
+                        test::group_options(store, 5s));
+                    });
+}
+
+TEST_CASE("auto picks shm when every rank runs on this host") {
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    col::init_collective_group(3, rank, "auto", "auto-here",
+                               test::group_options(store, 10s));
+    log.expect(col::get_group("auto-here")->backend_in_use() == "shm",
+               "auto resolved to " +
+                 col::get_group("auto-here")->backend_in_use());
+    expect_usable(log, "auto-here", 3, rank);
+    col::destroy_collective_group("auto-here");
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("shm: 8 ranks on 2 cores run 300 small allreduces and barriers") {
+  run_threads(8, "crowded", [](int rank, rank_log& log) {
+    for (int i = 0; i < 300; ++i) {
+      std::vector<int64_t> x{rank, i};
+      col::allreduce(col::view_of(x), "crowded");
+      if (x[0] != 28 || x[1] != 8 * i) {
+        log.fail("round " + std::to_string(i) + " is wrong");
+        return;
+      }
+      if (i % 50 == 0) col::barrier("crowded");
+    }
+  });
+}
