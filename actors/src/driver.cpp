@@ -25,15 +25,6 @@ using op_tmo_atom = caf::atom_constant<caf::atom("col_otmo")>;
 /// period in which the driver's own down message can name the dead rank.
 using answer_atom = caf::atom_constant<caf::atom("col_answer")>;
 
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string result = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) result += ", ";
-    result += std::to_string(ranks[i]);
-  }
-  return result + "]";
-}
-
 std::string describe(const object_ref& ref) {
   std::string result{to_string(ref.type)};
   result += '[';
@@ -72,8 +63,10 @@ const char* to_cstr(group_state x) {
 struct group_entry {
   std::string name;
   uint64_t gen = 0;
-  int32_t world_size = 0; // 0 until the first member registers
-  std::string backend;
+  int32_t world_size = 0;     // 0 until the first member registers
+  std::string backend;        // asked for: "gloo", "shm", "nccl" or "auto"
+  std::string backend_in_use; // what every rank got; empty until formed
+  std::vector<std::string> backends; // per rank, from its ready message
   int64_t timeout_ms = 0;
   std::vector<caf::actor> members;
   std::vector<std::string> nodes;
@@ -146,6 +139,13 @@ std::string timeout_problem(int64_t ms, bool zero_means_default) {
     return "timeout_ms " + std::to_string(ms) + " exceeds the maximum of " +
            std::to_string(max_timeout_ms) + " (24 h)";
   return {};
+}
+
+// What is wrong with a backend name a group asks for, or nothing. Whether
+// nccl is built in is for the members to say when they form the group.
+std::string backend_problem(const std::string& name) {
+  if (is_backend_name(name)) return {};
+  return "unknown backend '" + name + "' (expected gloo, shm, nccl or auto)";
 }
 
 // Requests cross the network, so their enums may hold any value: those the
@@ -418,6 +418,40 @@ void break_group(driver_ptr self, group_entry& g, caf::error reason,
   fail_all(g, reason, for_op);
 }
 
+// The ranks that reported ready must have formed the group on one backend,
+// and on the one asked for unless that was "auto". Returns the mismatch
+// naming each backend's ranks, or none.
+caf::error backend_mismatch(const group_entry& g) {
+  std::vector<std::pair<std::string, std::vector<int>>> got; // first seen first
+  for (size_t r = 0; r < g.ready.size(); ++r) {
+    if (!g.ready[r]) continue;
+    auto i = std::find_if(got.begin(), got.end(), [&](const auto& x) {
+      return x.first == g.backends[r];
+    });
+    if (i == got.end()) {
+      got.emplace_back(g.backends[r], std::vector<int>{});
+      i = std::prev(got.end());
+    }
+    i->second.push_back(static_cast<int>(r));
+  }
+  if (got.empty()) return {};
+  bool asked = g.backend == "auto" || got[0].first == g.backend;
+  if (got.size() == 1 && asked) return {};
+  std::string detail =
+    got.size() > 1 ? "ranks formed the group on different backends (asked for "
+                   : "ranks formed the group on another backend than asked (";
+  detail += g.backend + "):";
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& [name, ranks] = got[i];
+    detail +=
+      (i == 0 ? " " : ", ") +
+      std::string{ranks.size() == 1 ? "rank " : "ranks "} +
+      (ranks.size() == 1 ? std::to_string(ranks[0]) : list_ranks(ranks)) +
+      " on " + (name.empty() ? std::string{"no backend"} : name);
+  }
+  return group_error(errc::mismatch, g, std::move(detail));
+}
+
 void formation_complete(driver_ptr self, group_entry& g) {
   g.state = group_state::ready;
   for (auto& rp : g.waiters)
@@ -609,7 +643,8 @@ void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
     if (!g.members[r]) continue;
     // Members number ops per group (send/recv apart from collectives), so
     // their seq may differ from the driver's.
-    auto head = "group '" + g.name + "' op seq " + std::to_string(seq) +
+    auto head = "group '" + g.name + "' (on " + g.backend_in_use + ") op seq " +
+                std::to_string(seq) +
                 " (driver numbering) missed its deadline (" + what +
                 "); rank " + std::to_string(r) +
                 " recent operations, oldest first (member numbering):\n";
@@ -637,6 +672,7 @@ group_entry& open_group(driver_ptr self, const std::string& name,
   g.members.resize(world_size);
   g.nodes.resize(world_size);
   g.ready.assign(world_size, false);
+  g.backends.assign(world_size, std::string{});
   self->delayed_send(self, milliseconds{timeout_ms} + self->state.grace,
                      form_tmo_atom::value, name, g.gen);
   return g;
@@ -649,6 +685,8 @@ std::string membership_problem(const membership& m) {
   if (m.rank < 0 || m.rank >= m.world_size)
     return "rank " + std::to_string(m.rank) + " is outside [0, " +
            std::to_string(m.world_size) + ")";
+  if (auto problem = backend_problem(m.backend); !problem.empty())
+    return problem;
   return timeout_problem(m.timeout_ms, false);
 }
 
@@ -704,7 +742,7 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
 // Refuses a declaration that cannot form, before any member hears of it.
 caf::error check_declaration(driver_ptr self, const std::string& name,
                              const std::vector<caf::actor>& members,
-                             int64_t timeout_ms) {
+                             const std::string& backend, int64_t timeout_ms) {
   auto invalid = [&](std::string detail) {
     return name_error(errc::invalid_argument, name, std::move(detail));
   };
@@ -712,6 +750,8 @@ caf::error check_declaration(driver_ptr self, const std::string& name,
     return make_error(errc::duplicate_group,
                       "group '" + name + "' exists; destroy it first");
   if (members.empty()) return invalid("a group needs at least one member");
+  if (auto problem = backend_problem(backend); !problem.empty())
+    return invalid(std::move(problem));
   if (auto problem = timeout_problem(timeout_ms, false); !problem.empty())
     return invalid(std::move(problem));
   for (size_t r = 0; r < members.size(); ++r) {
@@ -827,7 +867,7 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
       if (member) on_register(self, member, m, node);
     },
     [=](ready_atom, const std::string& name, uint64_t gen, int32_t rank,
-        caf::error& err) {
+        caf::error& err, std::string& backend) {
       auto gp = find_group(self, name, gen);
       if (!gp || gp->state != group_state::forming) return;
       auto& g = *gp;
@@ -848,8 +888,15 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
         return;
       }
       g.ready[rank] = true;
+      g.backends[rank] = std::move(backend);
+      if (auto mismatch = backend_mismatch(g)) {
+        log_warning("driver", render(mismatch));
+        break_group(self, g, std::move(mismatch), true);
+        return;
+      }
       for (bool x : g.ready)
         if (!x) return;
+      g.backend_in_use = g.backends[0];
       formation_complete(self, g);
     },
     [=](form_tmo_atom, const std::string& name, uint64_t gen) {
@@ -922,7 +969,8 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
     [=](declare_atom, const std::string& name,
         const std::vector<caf::actor>& members, const std::string& backend,
         int64_t timeout_ms) -> caf::result<caf::ok_atom> {
-      if (auto err = check_declaration(self, name, members, timeout_ms))
+      if (auto err =
+            check_declaration(self, name, members, backend, timeout_ms))
         return err;
       auto ws = static_cast<int32_t>(members.size());
       auto& g = open_group(self, name, ws, backend, timeout_ms);
@@ -971,6 +1019,7 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
       result.state = to_cstr(i->second.state);
       result.reason = i->second.reason;
       result.next_seq = i->second.next_seq;
+      result.backend = i->second.backend_in_use;
       return result;
     },
   };

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
@@ -82,6 +83,9 @@ errc code_of(const caf::error& err) noexcept;
 /// "collective.timeout: group 'g' allreduce seq 3 rank 1/4: ...". CAF's own
 /// categories (sec, exit_reason) are rendered by name too.
 std::string render(const caf::error& err);
+
+/// "[0, 2, 3]": ranks as errors name them.
+std::string list_ranks(const std::vector<int>& ranks);
 
 /// Registers the renderer for the "collective" category with a config, so
 /// `actor_system::render` prints our errors readably.

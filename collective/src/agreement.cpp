@@ -29,15 +29,6 @@ std::string dtype_name(uint64_t raw) {
                         : "dtype " + std::to_string(raw);
 }
 
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string result = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) result += ", ";
-    result += std::to_string(ranks[i]);
-  }
-  return result + "]";
-}
-
 } // namespace
 
 caf::error check_allgatherv_headers(const error_context& where, int world_size,

@@ -129,4 +129,13 @@ void throw_if(const caf::error& err) {
   if (err) throw collective_error{err};
 }
 
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string result = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) result += ", ";
+    result += std::to_string(ranks[i]);
+  }
+  return result + "]";
+}
+
 } // namespace caf_collective

@@ -8,38 +8,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <doctest/doctest.h>
-
-extern char** environ;
+#include "process_support.hpp"
 
 namespace {
 
 constexpr int processes = 4;
 constexpr size_t total_ops = 2000;
-
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("caf_collective_stress_" + std::to_string(rd()) + "_" +
-            std::to_string(rd()));
-    std::filesystem::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 uint64_t stress_seed() {
   if (const char* env = std::getenv("CAF_COLLECTIVE_STRESS_SEED"); env && *env)
@@ -47,24 +24,12 @@ uint64_t stress_seed() {
   return 20240917;
 }
 
-pid_t spawn_process(int self, const std::string& dir, uint64_t seed,
-                    std::chrono::milliseconds deadline) {
-  std::string exe = CAF_COLLECTIVE_STRESS_PROCESS;
-  std::vector<std::string> args{exe,
-                                std::to_string(self),
-                                dir,
-                                std::to_string(seed),
-                                std::to_string(total_ops),
-                                std::to_string(deadline.count())};
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc =
-    posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
-  REQUIRE(rc == 0);
-  return pid;
+pid_t spawn_stress(int self, const std::string& dir, uint64_t seed,
+                   std::chrono::milliseconds deadline) {
+  return test::spawn_process(CAF_COLLECTIVE_STRESS_PROCESS,
+                             {std::to_string(self), dir, std::to_string(seed),
+                              std::to_string(total_ops),
+                              std::to_string(deadline.count())});
 }
 
 /// Waits for every process until `limit` passed, then kills the rest.
@@ -102,7 +67,7 @@ std::vector<int> wait_all(const std::vector<pid_t>& pids,
 
 TEST_CASE("stress: 4 processes in 3 groups run 2000 mixed ops, several in "
           "flight per group, with every result right") {
-  temp_dir dir;
+  test::temp_dir dir;
   auto seed = stress_seed();
   INFO("seed " << seed << " (CAF_COLLECTIVE_STRESS_SEED)");
   auto start = std::chrono::steady_clock::now();
@@ -111,7 +76,7 @@ TEST_CASE("stress: 4 processes in 3 groups run 2000 mixed ops, several in "
   // after 120 s.
   for (int p = 0; p < processes; ++p)
     pids.push_back(
-      spawn_process(p, dir.path.string(), seed, std::chrono::seconds{100}));
+      spawn_stress(p, dir.path.string(), seed, std::chrono::seconds{100}));
   auto codes = wait_all(pids, std::chrono::seconds{120});
   auto secs =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -155,6 +155,11 @@ class shm_backend : public backend {
                         size_t longest, std::span<const need> needs,
                         std::byte* out);
 
+  /// Every rank's `size` counts published at the op's first step, rank by
+  /// rank (the uneven-size ops' headers, agreement.hpp).
+  std::vector<uint64_t> published_headers(const op_state& st,
+                                          size_t size) const;
+
   /// `in`, or a copy of it when the op runs in place (alltoall/v).
   tensor_view contribution_of(const tensor_view& in, const tensor_view& out);
 

@@ -58,6 +58,17 @@ tensor_view shm_backend::contribution_of(const tensor_view& in,
   return tensor_view{inplace_.data(), in.type(), in.numel()};
 }
 
+std::vector<uint64_t> shm_backend::published_headers(const op_state& st,
+                                                     size_t size) const {
+  std::vector<uint64_t> all;
+  all.reserve(size * size_t(world_size_));
+  for (int r = 0; r < world_size_; ++r) {
+    const auto* h = seg_.counts(r, st.parity());
+    all.insert(all.end(), h, h + size);
+  }
+  return all;
+}
+
 const std::byte* shm_backend::source(const op_state& st, int rank,
                                      size_t round_start) const noexcept {
   if (direct_) {
@@ -252,11 +263,7 @@ caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
                           key_of(op_kind::allgatherv, dtype::uint8, 0)),
               header))
     return err;
-  std::vector<uint64_t> all;
-  for (int r = 0; r < world_size_; ++r) {
-    auto* h = seg_.counts(r, st.parity());
-    all.insert(all.end(), h, h + header.size());
-  }
+  auto all = published_headers(st, header.size());
   // Every rank sees every header: all fail here, or none.
   if (auto err = check_allgatherv_headers(context(op_kind::allgatherv, &call),
                                           world_size_, all))
@@ -290,11 +297,7 @@ caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
                                    key_of(op_kind::alltoallv, dtype::uint8, 0)),
                        header))
     return err;
-  std::vector<uint64_t> all;
-  for (int r = 0; r < world_size_; ++r) {
-    auto* h = seg_.counts(r, st.parity());
-    all.insert(all.end(), h, h + header.size());
-  }
+  auto all = published_headers(st, header.size());
   if (auto err = check_alltoallv_headers(context(op_kind::alltoallv, &call),
                                          world_size_, all))
     return err;

@@ -39,15 +39,6 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value,
                  timeout, nullptr, 0);
 }
 
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string result = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) result += ", ";
-    result += std::to_string(ranks[i]);
-  }
-  return result + "]";
-}
-
 // "allreduce (sum) of 4 float32", "broadcast of 8 int32 from root 1".
 std::string describe(const op_notice& n) {
   auto op = static_cast<op_kind>(n.op);
