@@ -46,14 +46,16 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg) {
 
 } // namespace
 
-caf::expected<backend_ptr> make_backend(const group_config& cfg) {
+caf::expected<backend_ptr> make_backend(const group_config& cfg,
+                                        const std::atomic<bool>* cancel) {
   if (cfg.backend == "gloo") return make_gloo_backend(cfg);
   if (cfg.backend == "shm") return shm::make_shm_backend(cfg);
   if (cfg.backend == "auto") return make_auto_backend(cfg);
   if (cfg.backend == "nccl") {
 #if CAF_COLLECTIVE_HAVE_NCCL
-    return make_nccl_backend(cfg);
+    return make_nccl_backend(cfg, cancel);
 #else
+    static_cast<void>(cancel);
     return make_error(errc::unsupported,
                       "group '" + cfg.name +
                         "': backend nccl is not built in (configure with "

@@ -1,6 +1,8 @@
 // Creates the backend a group_config names. Called on the group's lane.
 #pragma once
 
+#include <atomic>
+
 #include <caf/expected.hpp>
 
 #include "caf_collective/backend.hpp"
@@ -11,8 +13,11 @@ namespace caf_collective::detail {
 
 /// Dispatches on cfg.backend ("gloo", "nccl", "auto"); fails with
 /// invalid_argument for an unknown name and unsupported for "nccl" in a
-/// build without it.
-caf::expected<backend_ptr> make_backend(const group_config& cfg);
+/// build without it. A formation that honours `cancel` (may be null; NCCL
+/// does) fails with aborted soon after it becomes true.
+caf::expected<backend_ptr>
+make_backend(const group_config& cfg,
+             const std::atomic<bool>* cancel = nullptr);
 
 /// Forms a Gloo context over cfg.store (blocks until all ranks joined or
 /// cfg.timeout passed).
@@ -22,6 +27,8 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg);
 /// Rank 0 creates the NCCL unique id and publishes it in cfg.store; every
 /// rank then creates its communicator on cfg.cuda_device.
 caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg);
+caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg,
+                                             const std::atomic<bool>* cancel);
 #endif
 
 } // namespace caf_collective::detail

@@ -48,18 +48,33 @@ caf::expected<std::shared_ptr<void>> allocate_cuda(device dev, size_t bytes) {
   device_guard guard{dev.index};
   if (guard.status() != cudaSuccess)
     return device_error(dev, "cudaSetDevice", guard.status());
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                             dev.index) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    pools = 0;
+  }
   void* ptr = nullptr;
   // Never a null pointer, even for zero bytes: a defined tensor has an
-  // address, and NCCL rejects null buffers.
-  if (auto err = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes); err != cudaSuccess)
+  // address, and NCCL rejects null buffers. Stream ordered on the legacy
+  // default stream: usable at once there and on blocking streams (and by
+  // NCCL ops, which wait for that stream on the host first).
+  auto n = bytes == 0 ? size_t{1} : bytes;
+  auto err =
+    pools ? cudaMallocAsync(&ptr, n, cudaStreamLegacy) : cudaMalloc(&ptr, n);
+  if (err != cudaSuccess)
     return device_error(
       dev, "cudaMalloc of " + std::to_string(bytes) + " bytes", err);
-  // cudaFree synchronizes the device, so pending work on the memory
-  // finishes first; its error at exit (driver unloaded) is not actionable.
-  return std::shared_ptr<void>{ptr, [](void* p) {
-                                 if (cudaFree(p) != cudaSuccess)
-                                   static_cast<void>(cudaGetLastError());
-                               }};
+  // Freed in order behind the caller's work on the legacy default stream,
+  // without a host wait: cudaFree would synchronize the whole device, NCCL
+  // kernels that wait for a peer included. Devices without memory pools
+  // keep cudaFree. An error at exit (driver unloaded) is not actionable.
+  return std::shared_ptr<void>{
+    ptr, [pools, index = dev.index](void* p) {
+      device_guard on{index};
+      auto err = pools ? cudaFreeAsync(p, cudaStreamLegacy) : cudaFree(p);
+      if (err != cudaSuccess) static_cast<void>(cudaGetLastError());
+    }};
 }
 
 } // namespace

@@ -51,7 +51,9 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
   std::shared_ptr<group> self{new group(std::move(cfg))};
   auto state = std::make_shared<detail::work_state>(0);
   self->lane_->post([self, state] {
-    auto created = detail::make_backend(self->cfg_);
+    // group::abort sets broken_: a formation in progress then ends within
+    // about 50 ms with aborted instead of at its deadline.
+    auto created = detail::make_backend(self->cfg_, &self->broken_);
     if (!created) {
       self->break_with(created.error());
       state->complete(created.error());

@@ -3,6 +3,7 @@
 // Listing the cases (test discovery at build time) works without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 #include <doctest/doctest.h>
@@ -24,6 +25,10 @@ bool only_lists(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // NCCL then refuses null or foreign buffers with ncclInvalidArgument
+  // instead of ignoring them: every case checks the pointers we pass.
+  // Before any NCCL call, since NCCL reads its settings once.
+  setenv("NCCL_CHECK_POINTERS", "1", 0);
   doctest::Context context;
   context.applyCommandLine(argc, argv);
   if (!only_lists(argc, argv) && nccl_test::gpu_count() == 0) {

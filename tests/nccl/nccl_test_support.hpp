@@ -4,11 +4,13 @@
 // and element values exact in every dtype.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -147,6 +149,41 @@ inline col::group_ptr solo_group(const std::string& name,
   REQUIRE_MESSAGE(result, col::render(result.error()));
   return *result;
 }
+
+/// Blocks a stream of device 0 (the legacy default stream unless told
+/// otherwise) with a host function until opened, or until `limit` passed: a
+/// safety net, so that a test of a hang fails instead of hanging.
+class stream_blocker {
+ public:
+  explicit stream_blocker(std::chrono::milliseconds limit = 5s,
+                          cudaStream_t stream = cudaStreamLegacy)
+    : stream_(stream), limit_(std::chrono::steady_clock::now() + limit) {
+    cudaSetDevice(0);
+    REQUIRE(cudaLaunchHostFunc(stream_, &hold, this) == cudaSuccess);
+  }
+
+  ~stream_blocker() {
+    open();
+    cudaStreamSynchronize(stream_);
+  }
+
+  stream_blocker(const stream_blocker&) = delete;
+  stream_blocker& operator=(const stream_blocker&) = delete;
+
+  void open() { open_ = true; }
+
+ private:
+  static void CUDART_CB hold(void* ptr) {
+    auto* self = static_cast<stream_blocker*>(ptr);
+    while (!self->open_.load() &&
+           std::chrono::steady_clock::now() < self->limit_)
+      std::this_thread::sleep_for(1ms);
+  }
+
+  cudaStream_t stream_;
+  std::atomic<bool> open_{false};
+  std::chrono::steady_clock::time_point limit_;
+};
 
 /// Waits for `w` and returns its rendered error ("none" on success).
 inline std::string outcome(const col::work& w) {

@@ -3,7 +3,8 @@
 // stops a running op; a rank that never comes makes formation time out.
 //
 // An op is made to hang by blocking the legacy default stream with a host
-// function: every op waits for the caller's work there before it starts.
+// function: every op waits (on the host) for the caller's work there before
+// it enqueues anything.
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -16,35 +17,6 @@ using namespace nccl_test;
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-/// Blocks the legacy default stream of device 0 until opened, or until
-/// `limit` passed (a safety net: NCCL may wait for the stream while it
-/// aborts, and then the test must not hang).
-class stream_blocker {
- public:
-  explicit stream_blocker(std::chrono::milliseconds limit = 5s)
-    : limit_(clock_type::now() + limit) {
-    cudaSetDevice(0);
-    REQUIRE(cudaLaunchHostFunc(cudaStreamLegacy, &hold, this) == cudaSuccess);
-  }
-
-  ~stream_blocker() {
-    open();
-    cudaStreamSynchronize(cudaStreamLegacy);
-  }
-
-  void open() { open_ = true; }
-
- private:
-  static void CUDART_CB hold(void* ptr) {
-    auto* self = static_cast<stream_blocker*>(ptr);
-    while (!self->open_.load() && clock_type::now() < self->limit_)
-      std::this_thread::sleep_for(1ms);
-  }
-
-  std::atomic<bool> open_{false};
-  clock_type::time_point limit_;
-};
 
 bool mentions(const caf::error& err, const std::string& needle) {
   return col::render(err).find(needle) != std::string::npos;

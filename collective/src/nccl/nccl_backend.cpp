@@ -1,6 +1,7 @@
 #include "nccl/nccl_backend.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "backend_factory.hpp"
 #include "log.hpp"
@@ -10,11 +11,6 @@
 namespace caf_collective::detail {
 
 namespace {
-
-std::string p2p_name(int sender, int receiver, uint32_t tag) {
-  return std::to_string(sender) + "->" + std::to_string(receiver) + " tag " +
-         std::to_string(tag);
-}
 
 rendezvous_store_ptr nccl_store(const group_config& cfg) {
   // Own prefix: the Gloo backend of a group with the same name may share
@@ -29,9 +25,19 @@ nccl_backend::nccl_backend(group_config cfg, std::unique_ptr<nccl_clique> main)
   // nop
 }
 
-// Members go in reverse order: the point-to-point communicators, then the
-// main one; each finalizes, or aborts if it was aborted or failed.
-nccl_backend::~nccl_backend() = default;
+// All communicators finalize side by side within one group timeout (each
+// aborts instead if it was aborted, failed, or does not finish in time);
+// the members' destructors then only free memory.
+nccl_backend::~nccl_backend() {
+  std::vector<nccl_clique*> all;
+  {
+    std::lock_guard<std::mutex> guard{p2p_mtx_};
+    for (auto& [pair, clique] : p2p_)
+      all.push_back(clique.get());
+  }
+  all.push_back(main_.get());
+  nccl_clique::shutdown(all, std::chrono::steady_clock::now() + cfg_.timeout);
+}
 
 bool nccl_backend::supports(op_kind, device_kind kind,
                             dtype type) const noexcept {
@@ -59,24 +65,21 @@ nccl_step_ctx nccl_backend::step(op_kind op, const op_call& call) const {
 }
 
 caf::expected<nccl_clique*> nccl_backend::p2p_clique(const nccl_step_ctx& ctx,
-                                                     int sender, int receiver,
-                                                     uint32_t tag) {
-  p2p_key key{sender, receiver, tag};
+                                                     const p2p_pair& pair) {
   {
     std::lock_guard<std::mutex> guard{p2p_mtx_};
-    if (auto i = p2p_.find(key); i != p2p_.end()) return i->second.get();
+    if (auto i = p2p_.find(pair); i != p2p_.end()) return i->second.get();
   }
   if (aborted_.load())
     return make_error(errc::aborted, ctx.where, "the NCCL backend is aborted");
   // Formed outside the lock: it waits for the peer, and the other lane
-  // may need a communicator of its own meanwhile. Each key belongs to one
+  // may need a communicator of its own meanwhile. Each pair belongs to one
   // lane (sends to the send lane, receives to the main lane), so no two
   // threads form the same one.
   auto store = nccl_store(cfg_);
-  auto store_key = "p2p/" + std::to_string(sender) + "-" +
-                   std::to_string(receiver) + "/" + std::to_string(tag);
+  auto store_key = p2p_store_key(pair);
   nccl_id_record record;
-  if (cfg_.rank == sender) {
+  if (cfg_.rank == pair.sender) {
     auto id = make_nccl_id(ctx.where);
     if (!id) {
       publish_nccl_failure(*store, store_key, id.error());
@@ -86,14 +89,15 @@ caf::expected<nccl_clique*> nccl_backend::p2p_clique(const nccl_step_ctx& ctx,
     if (auto err = publish_nccl_id(*store, store_key, record, ctx.where))
       return err;
   } else {
-    auto fetched = fetch_nccl_id(*store, store_key, ctx.where, ctx.deadline);
+    auto fetched =
+      fetch_nccl_id(*store, store_key, ctx.where, ctx.deadline, &aborted_);
     if (!fetched) return std::move(fetched.error());
     record = *fetched;
   }
   nccl_clique_spec spec;
-  spec.label = cfg_.name + " p2p " + p2p_name(sender, receiver, tag);
+  spec.label = cfg_.name + " p2p " + p2p_text(pair);
   spec.nranks = 2;
-  spec.first_rank = cfg_.rank == sender ? 0 : 1;
+  spec.first_rank = cfg_.rank == pair.sender ? 0 : 1;
   spec.devices = {cfg_.cuda_device};
   spec.id = record.id;
   spec.teardown_timeout = cfg_.timeout;
@@ -102,7 +106,7 @@ caf::expected<nccl_clique*> nccl_backend::p2p_clique(const nccl_step_ctx& ctx,
   if (!created) return std::move(created.error());
   std::lock_guard<std::mutex> guard{p2p_mtx_};
   auto* result = created->get();
-  p2p_.emplace(key, std::move(*created));
+  p2p_.emplace(pair, std::move(*created));
   // An abort that ran while this one formed did not see it.
   if (aborted_.load()) result->abort("the NCCL backend is aborted");
   return result;
@@ -111,17 +115,17 @@ caf::expected<nccl_clique*> nccl_backend::p2p_clique(const nccl_step_ctx& ctx,
 caf::error nccl_backend::send(const op_call& call, const tensor_view& in,
                               const send_options& opts) {
   auto ctx = step(op_kind::send, call);
-  auto c = p2p_clique(ctx, cfg_.rank, opts.peer, opts.tag);
+  auto c = p2p_clique(ctx, p2p_pair_of(cfg_.rank, opts.peer, opts.tag));
   if (!c) return std::move(c.error());
-  return nccl_send(**c, ctx, in, 1); // the receiver is rank 1 there
+  return nccl_send_message(**c, ctx, in, opts.tag);
 }
 
 caf::error nccl_backend::recv(const op_call& call, const tensor_view& out,
                               const recv_options& opts) {
   auto ctx = step(op_kind::recv, call);
-  auto c = p2p_clique(ctx, opts.peer, cfg_.rank, opts.tag);
+  auto c = p2p_clique(ctx, p2p_pair_of(opts.peer, cfg_.rank, opts.tag));
   if (!c) return std::move(c.error());
-  return nccl_recv(**c, ctx, out, 0); // the sender is rank 0 there
+  return nccl_recv_message(**c, ctx, out, opts.tag, opts.peer);
 }
 
 caf::error nccl_backend::broadcast(const op_call& call, const tensor_view& in,
@@ -202,24 +206,35 @@ caf::error nccl_backend::barrier(const op_call& call, const barrier_options&) {
 
 void nccl_backend::abort(std::string_view why) {
   aborted_ = true;
-  main_->abort(why);
+  if (main_) main_->abort(why);
   std::lock_guard<std::mutex> guard{p2p_mtx_};
-  for (auto& [key, clique] : p2p_)
+  for (auto& [pair, clique] : p2p_)
     clique->abort(why);
 }
 
+size_t nccl_backend::p2p_communicators() const {
+  std::lock_guard<std::mutex> guard{p2p_mtx_};
+  return p2p_.size();
+}
+
 caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg) {
+  return make_nccl_backend(cfg, nullptr);
+}
+
+caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg,
+                                             const std::atomic<bool>* cancel) {
   error_context where{cfg.name, op_kind::barrier, -1, cfg.rank, cfg.world_size};
   where.op = -1;
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   auto store = nccl_store(cfg);
   const std::string key = "unique_id";
-  auto device_err = check_cuda_device(cfg.cuda_device, where);
+  auto local_err = check_cuda_device(cfg.cuda_device, where);
+  if (!local_err) local_err = check_nccl_version(loaded_nccl().version, where);
   nccl_id_record record;
   if (cfg.rank == 0) {
-    if (device_err) {
-      publish_nccl_failure(*store, key, device_err);
-      return device_err;
+    if (local_err) {
+      publish_nccl_failure(*store, key, local_err);
+      return local_err;
     }
     auto id = make_nccl_id(where);
     if (!id) {
@@ -231,8 +246,8 @@ caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg) {
   } else {
     // Rank 0 waits in communicator init until its deadline; nothing
     // better to tell it from here.
-    if (device_err) return device_err;
-    auto fetched = fetch_nccl_id(*store, key, where, deadline);
+    if (local_err) return local_err;
+    auto fetched = fetch_nccl_id(*store, key, where, deadline, cancel);
     if (!fetched) return std::move(fetched.error());
     record = *fetched;
   }
@@ -243,7 +258,7 @@ caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg) {
   spec.devices = {cfg.cuda_device};
   spec.id = record.id;
   spec.teardown_timeout = cfg.timeout;
-  auto clique = nccl_clique::create(std::move(spec), where, deadline);
+  auto clique = nccl_clique::create(std::move(spec), where, deadline, cancel);
   if (!clique) return std::move(clique.error());
   logger_for("nccl").debug("group '{}' rank {}/{} formed on cuda:{}", cfg.name,
                            cfg.rank, cfg.world_size, cfg.cuda_device);

@@ -8,13 +8,12 @@
 // a re-formed group with the same name has new peers and a new unique id,
 // and must never meet an old communicator.
 //
-// Point-to-point: the group runs sends on a lane of their own, so sends
-// and the other ops run concurrently. NCCL demands one issue order per
-// communicator on every rank and forbids blocking p2p calls from
-// interleaving with collectives, so sends and receives use separate
-// two-rank communicators, one per (sender, receiver, tag), created on first
-// use through the group's rendezvous store and cached here. Each is used by
-// one lane on either side, and tags keep their meaning.
+// Point-to-point: one two-rank communicator per ordered peer pair, formed on
+// first use through the group's rendezvous store and cached here; tags
+// travel in a header of each message (nccl_p2p.hpp).
+//
+// Teardown: the destructor finalizes every communicator of the backend at
+// once, with one deadline (the group timeout) shared by all of them.
 #pragma once
 
 #include <atomic>
@@ -23,11 +22,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
 
 #include "caf_collective/backend.hpp"
 #include "caf_collective/group.hpp"
 #include "nccl/nccl_clique.hpp"
+#include "nccl/nccl_p2p.hpp"
 
 namespace caf_collective::detail {
 
@@ -86,22 +85,32 @@ class nccl_backend final : public backend {
 
   void abort(std::string_view why) override;
 
- private:
-  using p2p_key = std::tuple<int, int, uint32_t>; // sender, receiver, tag
+  /// Point-to-point communicators formed so far: at most one per ordered
+  /// peer pair, whatever the tags.
+  size_t p2p_communicators() const;
 
+ private:
   nccl_step_ctx step(op_kind op, const op_call& call) const;
 
-  /// The communicator for messages from `sender` to `receiver` with `tag`,
+  /// The communicator for messages from pair.sender to pair.receiver,
   /// formed on first use (both ends block until the other arrives, within
   /// the op's deadline).
-  caf::expected<nccl_clique*> p2p_clique(const nccl_step_ctx& ctx, int sender,
-                                         int receiver, uint32_t tag);
+  caf::expected<nccl_clique*> p2p_clique(const nccl_step_ctx& ctx,
+                                         const p2p_pair& pair);
 
   group_config cfg_;
   std::unique_ptr<nccl_clique> main_;
   std::atomic<bool> aborted_{false};
-  std::mutex p2p_mtx_; // guards p2p_ (the map, not the communicators)
-  std::map<p2p_key, std::unique_ptr<nccl_clique>> p2p_;
+  mutable std::mutex p2p_mtx_; // guards p2p_ (the map, not the communicators)
+  std::map<p2p_pair, std::unique_ptr<nccl_clique>> p2p_;
 };
+
+/// Forms the group's main communicator: rank 0 creates the NCCL unique id and
+/// publishes it in cfg.store; every rank then creates its communicator on
+/// cfg.cuda_device. Fails with aborted within about fetch_slice once
+/// `*cancel` (may be null) becomes true, in the id exchange as in NCCL's
+/// init.
+caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg,
+                                             const std::atomic<bool>* cancel);
 
 } // namespace caf_collective::detail

@@ -1,45 +1,21 @@
 #include "nccl/nccl_clique.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include "log.hpp"
+#include "nccl/nccl_issue.hpp"
 
 namespace caf_collective::detail {
 
 namespace {
-
-using namespace std::chrono_literals;
 
 spdlog::logger& log() {
   static auto& instance = logger_for("nccl");
   return instance;
 }
 
-/// Pacing of the polling loops: yield for the first 100 us, so a small
-/// collective is seen within microseconds, then sleep with a growing
-/// interval up to 1 ms, so a long one costs the lane thread almost no CPU
-/// and an abort or a deadline is still noticed within about a millisecond.
-class backoff {
- public:
-  void pause() {
-    auto spent = std::chrono::steady_clock::now() - start_;
-    if (spent < 100us) {
-      std::this_thread::yield();
-      return;
-    }
-    sleep_ = std::min<std::chrono::microseconds>(
-      sleep_ == 0us ? 10us : sleep_ * 2, 1000us);
-    std::this_thread::sleep_for(sleep_);
-  }
-
- private:
-  steady_time start_ = std::chrono::steady_clock::now();
-  std::chrono::microseconds sleep_{0};
-};
-
-std::string ms_text(milliseconds ms) {
-  return std::to_string(ms.count()) + " ms";
+std::string cuda_dev(int device) {
+  return "cuda:" + std::to_string(device);
 }
 
 } // namespace
@@ -52,50 +28,26 @@ nccl_clique::nccl_clique(nccl_clique_spec spec) : spec_(std::move(spec)) {
   }
 }
 
+const nccl_newer_calls& nccl_clique::calls() const noexcept {
+  return loaded_nccl().calls;
+}
+
 caf::expected<std::unique_ptr<nccl_clique>>
 nccl_clique::create(nccl_clique_spec spec, const error_context& where,
                     steady_time deadline, const std::atomic<bool>* cancel) {
+  if (auto err = check_nccl_version(loaded_nccl().version, where)) return err;
   std::unique_ptr<nccl_clique> self{new nccl_clique(std::move(spec))};
+  self->paths_ = paths_for_new_communicators();
   std::unique_lock<std::mutex> guard{self->run_mtx_};
-  if (auto err = self->setup_slots(where)) return err;
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  // Non-blocking: init and every later call return at once, so a missing
-  // peer or an abort never pins the lane inside NCCL.
-  config.blocking = 0;
-  config.commName = self->spec_.label.c_str();
-  caf::error init_err;
-  ncclResult_t end = ncclSuccess;
-  {
-    std::lock_guard<std::mutex> issue{nccl_issue_mutex()};
-    if (auto res = ncclGroupStart(); res != ncclSuccess)
-      return nccl_error(where, "ncclGroupStart", res, nullptr);
-    for (auto& slot : self->slots_) {
-      device_guard dev{slot.device};
-      auto res = ncclCommInitRankConfig(&slot.comm, self->spec_.nranks,
-                                        self->spec_.id, slot.rank, &config);
-      if (slot.comm != nullptr) self->comms_alive_ = true;
-      if (res != ncclSuccess && res != ncclInProgress) {
-        init_err = nccl_error(where,
-                              "ncclCommInitRankConfig (rank " +
-                                std::to_string(slot.rank) + " of " +
-                                std::to_string(self->spec_.nranks) +
-                                " on cuda:" + std::to_string(slot.device) + ")",
-                              res, slot.comm);
-        break;
-      }
-    }
-    end = ncclGroupEnd();
-  }
-  if (!init_err && end != ncclSuccess && end != ncclInProgress)
-    init_err = nccl_error(where, "ncclGroupEnd after ncclCommInitRankConfig",
-                          end, self->slots_.front().comm);
-  if (!init_err)
-    init_err = self->wait_comms_ready(where, deadline, cancel,
-                                      "forming NCCL communicator '" +
-                                        self->spec_.label + "'");
-  if (init_err) {
+  auto err = self->setup_slots(where);
+  if (!err) err = self->init_comms(where);
+  if (!err)
+    err = self->wait_comms_ready(where, deadline, cancel,
+                                 "forming NCCL communicator '" +
+                                   self->spec_.label + "'");
+  if (err) {
     self->abort_comms_locked();
-    return init_err;
+    return err;
   }
   guard.unlock();
   log().debug("communicator '{}' ready: {} local rank(s) of {}",
@@ -119,144 +71,57 @@ caf::error nccl_clique::setup_slots(const error_context& where) {
       return cuda_error(where, "cudaEventCreateWithFlags", err);
     if (auto err = cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming))
       return cuda_error(where, "cudaEventCreateWithFlags", err);
-  }
-  return {};
-}
-
-nccl_clique::~nccl_clique() {
-  std::lock_guard<std::mutex> guard{run_mtx_};
-  teardown_locked();
-}
-
-void nccl_clique::teardown_locked() {
-  if (comms_alive_ && !abort_requested_.load()) {
-    // A clean finalize flushes and releases the communicators in step with
-    // the peers; if that does not finish in time, abort instead of hanging
-    // the member's shutdown.
-    ncclResult_t end = ncclSuccess;
-    {
-      std::lock_guard<std::mutex> issue{nccl_issue_mutex()};
-      ncclGroupStart();
-      for (auto& slot : slots_)
-        if (slot.comm != nullptr) ncclCommFinalize(slot.comm);
-      end = ncclGroupEnd();
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                               slot.device) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      pools = 0;
     }
-    caf::error err;
-    if (end != ncclSuccess && end != ncclInProgress)
-      err = nccl_error({}, "ncclCommFinalize", end, slots_.front().comm);
-    else
-      err = wait_comms_ready(
-        {}, std::chrono::steady_clock::now() + spec_.teardown_timeout, nullptr,
-        "finalizing '" + spec_.label + "'");
-    if (err) {
-      log().warn("communicator '{}': {}; aborting it instead", spec_.label,
-                 render(err));
-      abort_comms_locked();
-    } else {
-      std::lock_guard<std::mutex> issue{nccl_issue_mutex()};
-      for (auto& slot : slots_) {
-        if (slot.comm == nullptr) continue;
-        if (auto res = ncclCommDestroy(slot.comm); res != ncclSuccess)
-          log().warn("ncclCommDestroy of '{}' failed: {}", spec_.label,
-                     nccl_text(res, nullptr));
-        slot.comm = nullptr;
-      }
-      comms_alive_ = false;
+    slot.pools = pools != 0;
+  }
+  return {};
+}
+
+caf::error nccl_clique::init_comms(const error_context& where) {
+  // One config per slot: the CTA budget depends on the device.
+  std::vector<ncclConfig_t> configs(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    // Non-blocking: init and every later call return at once, so a missing
+    // peer or an abort never pins a thread inside NCCL.
+    config.blocking = 0;
+    config.commName = spec_.label.c_str();
+    // The device gate's half of the bargain: the kernels of all slots of a
+    // device fit on it together (nccl_device_gate.hpp).
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                               slots_[i].device) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      sms = 0;
     }
-  } else {
-    abort_comms_locked();
+    config.maxCTAs = ctas_per_communicator(sms);
+    configs[i] = config;
   }
-  for (auto& slot : slots_) {
-    device_guard dev{slot.device};
-    // After a finalize or an abort nothing of ours runs on the device, so
-    // the frees below (some synchronize it) do not wait for long.
-    free_scratch(slot);
-    if (slot.host != nullptr) cudaFreeHost(slot.host);
-    for (auto* ptr : slot.retired_host)
-      cudaFreeHost(ptr);
-    if (slot.done != nullptr) cudaEventDestroy(slot.done);
-    if (slot.ready != nullptr) cudaEventDestroy(slot.ready);
-    if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
-    slot = nccl_slot{};
-  }
-  static_cast<void>(cudaGetLastError());
-}
-
-void nccl_clique::abort_comms_locked() {
-  if (!comms_alive_) return;
-  comms_alive_ = false;
-  std::lock_guard<std::mutex> issue{nccl_issue_mutex()};
-  for (auto& slot : slots_) {
-    if (slot.comm == nullptr) continue;
-    device_guard dev{slot.device};
-    // Stops the kernels still running on the communicator, so the
-    // operations' buffers are no longer touched once this returns.
-    if (auto res = ncclCommAbort(slot.comm); res != ncclSuccess)
-      log().warn("ncclCommAbort of '{}' failed: {}", spec_.label,
-                 nccl_text(res, nullptr));
-    slot.comm = nullptr;
-  }
-  log().info("communicator '{}' aborted", spec_.label);
-}
-
-caf::error nccl_clique::reserve_scratch(size_t index, size_t bytes,
-                                        const error_context& where) {
-  auto& slot = slots_[index];
-  if (slot.scratch_bytes >= bytes) return {};
-  // Grow geometrically: fresh device memory is costly, and a sequence of
-  // slowly growing calls should not reallocate every time.
-  auto wanted = std::max(bytes, slot.scratch_bytes * 2);
-  device_guard dev{slot.device};
-  free_scratch(slot);
-  // Stream ordered: later steps on this stream see the memory, and no
-  // device-wide synchronization happens on the way.
-  auto err = cudaMallocAsync(&slot.scratch, wanted, slot.stream);
-  slot.scratch_async = err == cudaSuccess;
-  if (err == cudaErrorNotSupported) {
-    static_cast<void>(cudaGetLastError());
-    err = cudaMalloc(&slot.scratch, wanted);
-  }
-  if (err != cudaSuccess) {
-    slot.scratch = nullptr;
-    return cuda_error(
-      where,
-      "allocating " + std::to_string(wanted) +
-        " bytes of NCCL scratch on cuda:" + std::to_string(slot.device),
-      err);
-  }
-  slot.scratch_bytes = wanted;
-  return {};
-}
-
-void nccl_clique::free_scratch(nccl_slot& slot) {
-  if (slot.scratch == nullptr) return;
-  if (slot.scratch_async)
-    cudaFreeAsync(slot.scratch, slot.stream);
-  else
-    cudaFree(slot.scratch);
-  slot.scratch = nullptr;
-  slot.scratch_bytes = 0;
-}
-
-caf::error nccl_clique::reserve_host(size_t index, size_t bytes,
-                                     const error_context& where) {
-  auto& slot = slots_[index];
-  if (slot.host_bytes >= bytes) return {};
-  auto wanted = std::max(bytes, slot.host_bytes * 2);
-  device_guard dev{slot.device};
-  if (slot.host != nullptr) {
-    slot.retired_host.push_back(slot.host);
-    slot.host = nullptr;
-    slot.host_bytes = 0;
-  }
-  if (auto err = cudaHostAlloc(&slot.host, wanted, cudaHostAllocDefault);
-      err != cudaSuccess)
-    return cuda_error(where,
-                      "cudaHostAlloc of " + std::to_string(wanted) +
-                        " bytes of pinned staging memory",
-                      err);
-  slot.host_bytes = wanted;
-  return {};
+  caf::error init_err;
+  auto body = [&]() -> caf::error {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      auto& slot = slots_[i];
+      device_guard dev{slot.device};
+      auto res = ncclCommInitRankConfig(&slot.comm, spec_.nranks, spec_.id,
+                                        slot.rank, &configs[i]);
+      if (slot.comm != nullptr) comms_alive_ = true;
+      if (res != ncclSuccess && res != ncclInProgress)
+        return nccl_error(
+          where,
+          "ncclCommInitRankConfig (rank " + std::to_string(slot.rank) + " of " +
+            std::to_string(spec_.nranks) + " on " + cuda_dev(slot.device) + ")",
+          res, slot.comm);
+    }
+    return {};
+  };
+  // The outcome's pending flag needs no handling: wait_comms_ready polls
+  // every communicator until it is ready either way.
+  return issue_group(where, "ncclCommInitRankConfig", nullptr, body).err;
 }
 
 caf::error nccl_clique::aborted_error(const error_context& where) const {
@@ -294,121 +159,59 @@ void nccl_clique::abort(std::string_view why) {
   abort_comms_locked();
 }
 
-caf::error nccl_clique::wait_comms_ready(const error_context& where,
-                                         steady_time deadline,
-                                         const std::atomic<bool>* cancel,
-                                         std::string_view phase) {
-  backoff pace;
-  for (;;) {
-    bool ready = true;
-    for (auto& slot : slots_) {
-      if (slot.comm == nullptr) continue;
-      ncclResult_t state = ncclSuccess;
-      if (auto res = ncclCommGetAsyncError(slot.comm, &state);
-          res != ncclSuccess)
-        return nccl_error(where, "ncclCommGetAsyncError", res, slot.comm);
-      if (state == ncclInProgress)
-        ready = false;
-      else if (state != ncclSuccess)
-        return nccl_error(where, phase, state, slot.comm);
-    }
-    if (ready) return {};
-    if (cancel != nullptr && cancel->load()) {
-      if (cancel == &abort_requested_) return aborted_error(where);
-      return make_error(errc::aborted, where,
-                        std::string{phase} + " was cancelled");
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      std::string text{phase};
-      text += " did not finish in time (are all ranks up and calling it?); "
-              "the communicator is aborted; NCCL state: ";
-      text += nccl_text(ncclInProgress, slots_.front().comm);
-      return make_error(errc::timeout, where, std::move(text));
-    }
-    pace.pause();
+void nccl_clique::abort_comms_locked() {
+  if (!comms_alive_) return;
+  comms_alive_ = false;
+  // Outside the issue mutex: ncclCommAbort waits for NCCL's streams and
+  // threads, and other communicators must keep issuing meanwhile. Our
+  // streams never wait for the caller's (see nccl_slot::ready), so this
+  // does not wait for the caller's work.
+  for (auto& slot : slots_) {
+    if (slot.comm == nullptr) continue;
+    device_guard dev{slot.device};
+    // Stops the kernels still running on the communicator, so the
+    // operations' buffers are no longer touched once this returns.
+    if (auto res = ncclCommAbort(slot.comm); res != ncclSuccess)
+      log().warn("ncclCommAbort of '{}' failed: {}", spec_.label,
+                 nccl_text(res, nullptr));
+    slot.comm = nullptr;
   }
+  log().info("communicator '{}' aborted", spec_.label);
 }
 
-caf::error nccl_clique::wait_done(const nccl_step_ctx& ctx) {
-  backoff pace;
-  std::vector<char> done(slots_.size(), 0);
-  for (;;) {
-    bool all = true;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (done[i]) continue;
-      auto res = cudaEventQuery(slots_[i].done);
-      if (res == cudaSuccess)
-        done[i] = 1;
-      else if (res == cudaErrorNotReady)
-        all = false;
-      else
-        return cuda_error(ctx.where, "cudaEventQuery", res);
-    }
-    if (all) return {};
-    // The watchdog part: NCCL reports a failed peer or network through the
-    // communicator, not through the stream, which would just never finish.
-    for (auto& slot : slots_) {
-      ncclResult_t state = ncclSuccess;
-      if (auto res = ncclCommGetAsyncError(slot.comm, &state);
-          res != ncclSuccess)
-        return nccl_error(ctx.where, "ncclCommGetAsyncError", res, slot.comm);
-      if (state != ncclSuccess && state != ncclInProgress)
-        return nccl_error(ctx.where, "the NCCL operation", state, slot.comm);
-    }
-    if (abort_requested_.load()) return aborted_error(ctx.where);
-    if (std::chrono::steady_clock::now() >= ctx.deadline) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(slots_.front().comm, &state);
-      return make_error(errc::timeout, ctx.where,
-                        "did not complete within " + ms_text(ctx.timeout) +
-                          " (a peer may not have called it, or is stuck or "
-                          "gone); NCCL communicator '" +
-                          spec_.label + "' is aborted; NCCL state: " +
-                          nccl_text(state, slots_.front().comm));
-    }
-    pace.pause();
-  }
-}
-
-caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue) {
+caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue,
+                            enqueue_ref after) {
   std::lock_guard<std::mutex> guard{run_mtx_};
   if (abort_requested_.load() || !comms_alive_) {
     abort_comms_locked();
     return aborted_error(ctx.where);
   }
-  for (auto& slot : slots_) {
-    device_guard dev{slot.device};
-    if (dev.status() != cudaSuccess)
-      return fail(cuda_error(ctx.where, "cudaSetDevice", dev.status()));
-    if (auto err = cudaEventRecord(slot.ready, cudaStreamLegacy))
-      return fail(cuda_error(ctx.where, "cudaEventRecord", err));
-    if (auto err = cudaStreamWaitEvent(slot.stream, slot.ready, 0))
-      return fail(cuda_error(ctx.where, "cudaStreamWaitEvent", err));
-  }
-  caf::error enqueue_err;
-  ncclResult_t end = ncclSuccess;
-  {
-    std::lock_guard<std::mutex> issue{nccl_issue_mutex()};
-    if (auto res = ncclGroupStart(); res != ncclSuccess)
-      return fail(nccl_error(ctx.where, "ncclGroupStart", res, nullptr));
-    for (size_t i = 0; i < slots_.size() && !enqueue_err; ++i) {
+  if (auto err = wait_callers_work(ctx)) return fail(std::move(err));
+  // Declared before every fail() below: the slots go back only after an
+  // abort stopped the kernels.
+  gate_pass pass;
+  if (auto err = enter_gate(ctx, pass)) return fail(std::move(err));
+  auto body = [&]() -> caf::error {
+    for (size_t i = 0; i < slots_.size(); ++i) {
       device_guard dev{slots_[i].device};
-      enqueue_err = enqueue(slots_[i], i);
+      if (auto err = enqueue(slots_[i], i)) return err;
     }
-    // Always closed, even after a failed enqueue: an open group would
-    // swallow the next step's calls.
-    end = ncclGroupEnd();
-  }
-  if (enqueue_err) return fail(std::move(enqueue_err));
-  if (end != ncclSuccess && end != ncclInProgress)
-    return fail(
-      nccl_error(ctx.where, "ncclGroupEnd", end, slots_.front().comm));
-  if (end == ncclInProgress)
+    return {};
+  };
+  // issue_group reports after releasing the issue mutex, so fail() below
+  // never runs with it held.
+  auto issued =
+    issue_group(ctx.where, "the NCCL operation", slots_.front().comm, body);
+  if (issued.err) return fail(std::move(issued.err));
+  if (issued.pending)
     if (auto err = wait_comms_ready(ctx.where, ctx.deadline, &abort_requested_,
                                     "launching the NCCL operation"))
       return fail(std::move(err));
-  for (auto& slot : slots_) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    auto& slot = slots_[i];
     device_guard dev{slot.device};
+    if (after)
+      if (auto err = after(slot, i)) return fail(std::move(err));
     if (auto err = cudaEventRecord(slot.done, slot.stream))
       return fail(cuda_error(ctx.where, "cudaEventRecord", err));
   }

@@ -117,6 +117,9 @@ multigpu_group::create(multigpu_config cfg) {
   caf::error device_err;
   for (auto ordinal : cfg.cuda_devices)
     if (!device_err) device_err = detail::check_cuda_device(ordinal, where);
+  if (!device_err)
+    device_err =
+      detail::check_nccl_version(detail::loaded_nccl().version, where);
   auto store = make_prefix_store("nccl_multigpu/" + cfg.name, cfg.store);
   const std::string key = "unique_id";
   auto per_member = static_cast<int32_t>(cfg.cuda_devices.size());

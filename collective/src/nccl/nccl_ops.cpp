@@ -3,61 +3,11 @@
 #include <cstddef>
 #include <string>
 
+#include "nccl/nccl_ops_common.hpp"
+
 namespace caf_collective::detail {
 
 namespace {
-
-/// Turns the result of an NCCL call inside a group into an error. Inside a
-/// group, ncclInProgress only means "queued"; ncclGroupEnd reports the rest.
-caf::error launched(const nccl_step_ctx& ctx, const char* what,
-                    ncclResult_t res, const nccl_slot& slot) {
-  if (res == ncclSuccess || res == ncclInProgress) return {};
-  return nccl_error(ctx.where, what, res, slot.comm);
-}
-
-caf::error cuda_launched(const nccl_step_ctx& ctx, const char* what,
-                         cudaError_t res) {
-  if (res == cudaSuccess) return {};
-  return cuda_error(ctx.where, what, res);
-}
-
-void* at(const tensor_view& view, size_t first) {
-  return static_cast<std::byte*>(view.data()) + first * size_of(view.type());
-}
-
-/// Checks one side (in or out) of a call: one tensor per local NCCL rank,
-/// each on that rank's device. Sides a rank does not use (the root-only
-/// buffers on other ranks) are skipped through `used`.
-template<class Used>
-caf::error check_side(nccl_clique& c, const nccl_step_ctx& ctx, views side,
-                      std::string_view name, Used used) {
-  if (side.size() != c.size())
-    return make_error(errc::invalid_argument, ctx.where,
-                      "expected one '" + std::string{name} +
-                        "' tensor per local CUDA device (" +
-                        std::to_string(c.size()) + "), got " +
-                        std::to_string(side.size()));
-  for (size_t i = 0; i < side.size(); ++i) {
-    auto& view = side[i];
-    if (!used(c.slot(i)) || view.numel() == 0) continue;
-    auto want = device::cuda(c.slot(i).device);
-    if (view.dev() != want)
-      return make_error(
-        errc::invalid_argument, ctx.where,
-        "'" + std::string{name} + "' tensor " + std::to_string(i) +
-          " lives on " + to_string(view.dev()) +
-          ", but the NCCL backend runs this rank on " + to_string(want) +
-          " (stage host tensors to the device first)");
-    if (view.data() == nullptr)
-      return make_error(
-        errc::invalid_argument, ctx.where,
-        "'" + std::string{name} + "' tensor " + std::to_string(i) + " has " +
-          std::to_string(view.numel()) + " elements but no memory");
-  }
-  return {};
-}
-
-constexpr auto every_rank = [](const nccl_slot&) { return true; };
 
 template<class T>
 void widen_as(const void* src, int64_t* dst, size_t n) {
@@ -116,9 +66,9 @@ caf::error staged_integer_avg(nccl_clique& c, const nccl_step_ctx& ctx,
     if (auto err = c.reserve_host(i, n * (sizeof(int64_t) + esize), ctx.where))
       return err;
   }
-  auto wide = [](nccl_slot& s) { return static_cast<int64_t*>(s.host); };
+  auto wide = [](nccl_slot& s) { return static_cast<int64_t*>(s.host.get()); };
   auto narrow = [n](nccl_slot& s) {
-    return static_cast<void*>(static_cast<int64_t*>(s.host) + n);
+    return static_cast<void*>(static_cast<int64_t*>(s.host.get()) + n);
   };
   auto keeps_result = [&](const nccl_slot& s) {
     return kind != op_kind::reduce || s.rank == root;
@@ -203,34 +153,6 @@ caf::error check_nccl_reduce_op(const error_context& where, reduce_op op,
   return {};
 }
 
-caf::error nccl_send(nccl_clique& c, const nccl_step_ctx& ctx,
-                     const tensor_view& in, int peer) {
-  views side{&in, 1};
-  if (auto err = check_side(c, ctx, side, "in", every_rank)) return err;
-  auto type = to_nccl(in.type());
-  auto enqueue = [&](nccl_slot& s, size_t) -> caf::error {
-    if (in.numel() == 0) return {};
-    return launched(
-      ctx, "ncclSend",
-      ncclSend(in.data(), in.numel(), type, peer, s.comm, s.stream), s);
-  };
-  return c.run(ctx, enqueue);
-}
-
-caf::error nccl_recv(nccl_clique& c, const nccl_step_ctx& ctx,
-                     const tensor_view& out, int peer) {
-  views side{&out, 1};
-  if (auto err = check_side(c, ctx, side, "out", every_rank)) return err;
-  auto type = to_nccl(out.type());
-  auto enqueue = [&](nccl_slot& s, size_t) -> caf::error {
-    if (out.numel() == 0) return {};
-    return launched(
-      ctx, "ncclRecv",
-      ncclRecv(out.data(), out.numel(), type, peer, s.comm, s.stream), s);
-  };
-  return c.run(ctx, enqueue);
-}
-
 caf::error nccl_broadcast(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                           views out, int root) {
   auto is_root = [root](const nccl_slot& s) { return s.rank == root; };
@@ -263,6 +185,8 @@ caf::error nccl_reduce(nccl_clique& c, const nccl_step_ctx& ctx, views in,
   auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
     auto n = in[i].numel();
     if (n == 0) return {};
+    // NCCL checks ncclReduce's receive buffer on the root only (unlike
+    // gather's and scatter's), so null is fine off the root.
     void* dst = is_root(s) ? out[i].data() : nullptr;
     return launched(ctx, "ncclReduce",
                     ncclReduce(in[i].data(), dst, n, to_nccl(in[i].type()), red,
@@ -339,40 +263,6 @@ caf::error nccl_allgatherv(nccl_clique& c, const nccl_step_ctx& ctx, views in,
   return c.run(ctx, enqueue);
 }
 
-caf::error nccl_gather(nccl_clique& c, const nccl_step_ctx& ctx, views in,
-                       views out, int root) {
-  auto is_root = [root](const nccl_slot& s) { return s.rank == root; };
-  if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
-  if (auto err = check_side(c, ctx, out, "out", is_root)) return err;
-  auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
-    auto n = in[i].numel();
-    if (n == 0) return {};
-    void* dst = is_root(s) ? out[i].data() : nullptr;
-    return launched(ctx, "ncclGather",
-                    ncclGather(in[i].data(), dst, n, to_nccl(in[i].type()),
-                               root, s.comm, s.stream),
-                    s);
-  };
-  return c.run(ctx, enqueue);
-}
-
-caf::error nccl_scatter(nccl_clique& c, const nccl_step_ctx& ctx, views in,
-                        views out, int root) {
-  auto is_root = [root](const nccl_slot& s) { return s.rank == root; };
-  if (auto err = check_side(c, ctx, in, "in", is_root)) return err;
-  if (auto err = check_side(c, ctx, out, "out", every_rank)) return err;
-  auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
-    auto n = out[i].numel();
-    if (n == 0) return {};
-    const void* src = is_root(s) ? in[i].data() : nullptr;
-    return launched(ctx, "ncclScatter",
-                    ncclScatter(src, out[i].data(), n, to_nccl(out[i].type()),
-                                root, s.comm, s.stream),
-                    s);
-  };
-  return c.run(ctx, enqueue);
-}
-
 caf::error nccl_reduce_scatter(nccl_clique& c, const nccl_step_ctx& ctx,
                                views in, views out, reduce_op op) {
   if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
@@ -390,75 +280,6 @@ caf::error nccl_reduce_scatter(nccl_clique& c, const nccl_step_ctx& ctx,
                                       to_nccl(in[i].type()), red, s.comm,
                                       s.stream),
                     s);
-  };
-  return c.run(ctx, enqueue);
-}
-
-caf::error nccl_alltoall(nccl_clique& c, const nccl_step_ctx& ctx, views in,
-                         views out) {
-  if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
-  if (auto err = check_side(c, ctx, out, "out", every_rank)) return err;
-  auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
-    auto n = in[i].numel() / static_cast<size_t>(c.nranks());
-    if (n == 0) return {};
-    return launched(ctx, "ncclAlltoAll",
-                    ncclAlltoAll(in[i].data(), out[i].data(), n,
-                                 to_nccl(in[i].type()), s.comm, s.stream),
-                    s);
-  };
-  return c.run(ctx, enqueue);
-}
-
-caf::error nccl_alltoallv(nccl_clique& c, const nccl_step_ctx& ctx, views in,
-                          views out, const std::vector<size_t>& send_counts,
-                          const std::vector<size_t>& recv_counts) {
-  if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
-  if (auto err = check_side(c, ctx, out, "out", every_rank)) return err;
-  auto nranks = static_cast<size_t>(c.nranks());
-  if (send_counts.size() != nranks || recv_counts.size() != nranks)
-    return make_error(errc::invalid_argument, ctx.where,
-                      "alltoallv needs one send and one receive count per "
-                      "NCCL rank (" +
-                        std::to_string(nranks) + ")");
-  std::vector<size_t> send_first(nranks, 0);
-  std::vector<size_t> recv_first(nranks, 0);
-  for (size_t r = 1; r < nranks; ++r) {
-    send_first[r] = send_first[r - 1] + send_counts[r - 1];
-    recv_first[r] = recv_first[r - 1] + recv_counts[r - 1];
-  }
-  // Grouped sends and receives progress together, so the exchange cannot
-  // deadlock whatever the order of peers.
-  auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
-    auto type = to_nccl(in[i].type());
-    auto me = static_cast<size_t>(s.rank);
-    if (send_counts[me] > 0) {
-      // The own block: a device copy, queued before the group's kernels.
-      if (auto err = cuda_launched(
-            ctx, "cudaMemcpyAsync (alltoallv own block)",
-            cudaMemcpyAsync(at(out[i], recv_first[me]),
-                            at(in[i], send_first[me]),
-                            send_counts[me] * size_of(in[i].type()),
-                            cudaMemcpyDeviceToDevice, s.stream)))
-        return err;
-    }
-    for (size_t peer = 0; peer < nranks; ++peer) {
-      if (peer == me) continue;
-      if (send_counts[peer] > 0)
-        if (auto err =
-              launched(ctx, "ncclSend (alltoallv)",
-                       ncclSend(at(in[i], send_first[peer]), send_counts[peer],
-                                type, static_cast<int>(peer), s.comm, s.stream),
-                       s))
-          return err;
-      if (recv_counts[peer] > 0)
-        if (auto err =
-              launched(ctx, "ncclRecv (alltoallv)",
-                       ncclRecv(at(out[i], recv_first[peer]), recv_counts[peer],
-                                type, static_cast<int>(peer), s.comm, s.stream),
-                       s))
-          return err;
-    }
-    return {};
   };
   return c.run(ctx, enqueue);
 }

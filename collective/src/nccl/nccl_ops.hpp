@@ -5,6 +5,9 @@
 //
 // Each function checks what only it knows (devices of the tensors, reduce
 // ops NCCL lacks); the callers validated sizes, roots and dtypes before.
+// Point-to-point messages live in nccl_p2p.hpp. Gather, scatter and
+// alltoall take NCCL's own calls or grouped send/recv, as the clique's
+// paths say (nccl_version.hpp).
 #pragma once
 
 #include <span>
@@ -25,10 +28,6 @@ using views = std::span<const tensor_view>;
 caf::error check_nccl_reduce_op(const error_context& where, reduce_op op,
                                 dtype type);
 
-caf::error nccl_send(nccl_clique& c, const nccl_step_ctx& ctx,
-                     const tensor_view& in, int peer);
-caf::error nccl_recv(nccl_clique& c, const nccl_step_ctx& ctx,
-                     const tensor_view& out, int peer);
 caf::error nccl_broadcast(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                           views out, int root);
 caf::error nccl_reduce(nccl_clique& c, const nccl_step_ctx& ctx, views in,
@@ -52,5 +51,21 @@ caf::error nccl_alltoallv(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                           views out, const std::vector<size_t>& send_counts,
                           const std::vector<size_t>& recv_counts);
 caf::error nccl_barrier(nccl_clique& c, const nccl_step_ctx& ctx);
+
+/// The buffers one rank hands NCCL for a rooted op.
+struct rooted_buffers {
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+/// Gather: off the root NCCL never touches the receive buffer, but checks it
+/// (NCCL_CHECK_POINTERS=1 refuses null), so it gets the rank's own input.
+rooted_buffers gather_buffers(bool is_root, const tensor_view& in,
+                              const tensor_view& out) noexcept;
+
+/// Scatter: off the root the send buffer is the rank's own output, for the
+/// same reason.
+rooted_buffers scatter_buffers(bool is_root, const tensor_view& in,
+                               const tensor_view& out) noexcept;
 
 } // namespace caf_collective::detail

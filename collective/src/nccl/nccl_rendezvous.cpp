@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace caf_collective::detail {
 
@@ -68,18 +69,28 @@ void publish_nccl_failure(rendezvous_store& store, const std::string& key,
 caf::expected<nccl_id_record> fetch_nccl_id(rendezvous_store& store,
                                             const std::string& key,
                                             const error_context& where,
-                                            steady_time deadline) {
-  auto left = std::chrono::duration_cast<milliseconds>(
-    deadline - std::chrono::steady_clock::now());
-  auto value = store.get(key, std::max(left, milliseconds{1}));
-  if (!value) {
-    auto code = code_of(value.error()) == errc::timeout ? errc::timeout
-                                                        : errc::backend_error;
+                                            steady_time deadline,
+                                            const std::atomic<bool>* cancel) {
+  auto failed = [&](errc code, const std::string& why) {
     return make_error(code, where,
                       "waiting for the NCCL unique id under '" + key +
-                        "' (published by the communicator's rank 0) "
-                        "failed: " +
-                        render(value.error()));
+                        "' (published by the communicator's rank 0) " + why);
+  };
+  caf::expected<std::vector<char>> value{std::vector<char>{}};
+  for (;;) {
+    if (cancel != nullptr && cancel->load())
+      return failed(errc::aborted, "was cancelled: the backend is aborted");
+    auto left = std::chrono::duration_cast<milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left <= milliseconds{0})
+      return failed(errc::timeout, "failed: nothing arrived within the "
+                                   "formation deadline");
+    // A short question each round: a store cannot be interrupted, so the
+    // slice bounds how late an abort is seen.
+    value = store.get(key, std::clamp(left, milliseconds{1}, fetch_slice));
+    if (value) break;
+    if (code_of(value.error()) != errc::timeout)
+      return failed(errc::backend_error, "failed: " + render(value.error()));
   }
   auto& bytes = *value;
   if (!bytes.empty() && bytes[0] == failed_tag)

@@ -5,6 +5,7 @@
 // with its reason rather than at their deadline.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -39,11 +40,19 @@ caf::error publish_nccl_id(rendezvous_store& store, const std::string& key,
 void publish_nccl_failure(rendezvous_store& store, const std::string& key,
                           const caf::error& why);
 
-/// Waits for the record under `key` until `deadline`; fails with timeout,
-/// or with the creator's published failure.
-caf::expected<nccl_id_record> fetch_nccl_id(rendezvous_store& store,
-                                            const std::string& key,
-                                            const error_context& where,
-                                            steady_time deadline);
+/// How long one question to the store may wait: the bound on how late
+/// fetch_nccl_id sees an abort. Short enough for an abort to feel prompt,
+/// long enough that a remote store (one request per slice and waiting
+/// rank) is not flooded.
+inline constexpr milliseconds fetch_slice{50};
+
+/// Waits for the record under `key` until `deadline`, asking the store in
+/// slices of at most fetch_slice so that `cancel` (may be null) is seen
+/// within one: fails with aborted when it becomes true, with timeout at the
+/// deadline, or with the creator's published failure.
+caf::expected<nccl_id_record>
+fetch_nccl_id(rendezvous_store& store, const std::string& key,
+              const error_context& where, steady_time deadline,
+              const std::atomic<bool>* cancel = nullptr);
 
 } // namespace caf_collective::detail

@@ -118,9 +118,4 @@ device_census count_cuda_devices() noexcept {
   return result;
 }
 
-std::mutex& nccl_issue_mutex() noexcept {
-  static std::mutex instance;
-  return instance;
-}
-
 } // namespace caf_collective::detail

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,11 +72,5 @@ struct device_census {
 };
 
 device_census count_cuda_devices() noexcept;
-
-/// Held while this process issues NCCL calls (group start to group end,
-/// init, finalize, abort): NCCL forbids issuing to communicators on one
-/// device from several threads at once, and a group's send lane and main
-/// lane, or two groups, may share a device. Never held while waiting.
-std::mutex& nccl_issue_mutex() noexcept;
 
 } // namespace caf_collective::detail
