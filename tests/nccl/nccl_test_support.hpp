@@ -21,7 +21,7 @@
 #include <caf_collective/all.hpp>
 #include <caf_collective/nccl_multigpu.hpp>
 
-#include "half.hpp"
+#include "vocabulary/half.hpp"
 
 namespace nccl_test {
 

@@ -4,11 +4,11 @@
 // GPU to run on.
 #include <chrono>
 
-#include "backend_factory.hpp"
-#include "device_memory.hpp"
-#include "nccl/nccl_backend.hpp"
-#include "nccl/nccl_ops.hpp"
-#include "nccl/nccl_util.hpp"
+#include "runtime/backend_factory.hpp"
+#include "vocabulary/device_memory.hpp"
+#include "backends/nccl/nccl_backend.hpp"
+#include "backends/nccl/nccl_ops.hpp"
+#include "backends/nccl/nccl_util.hpp"
 #include "nccl_test_support.hpp"
 
 using namespace nccl_test;

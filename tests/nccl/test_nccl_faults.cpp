@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "backend_factory.hpp"
+#include "runtime/backend_factory.hpp"
 #include "nccl_test_support.hpp"
 
 using namespace nccl_test;

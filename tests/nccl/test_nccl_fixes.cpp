@@ -7,10 +7,10 @@
 #include <chrono>
 #include <thread>
 
-#include "backend_factory.hpp"
-#include "nccl/nccl_backend.hpp"
-#include "nccl/nccl_device_gate.hpp"
-#include "nccl/nccl_version.hpp"
+#include "runtime/backend_factory.hpp"
+#include "backends/nccl/nccl_backend.hpp"
+#include "backends/nccl/nccl_device_gate.hpp"
+#include "backends/nccl/nccl_version.hpp"
 #include "nccl_test_support.hpp"
 
 using namespace nccl_test;

@@ -10,13 +10,13 @@
 #include <set>
 #include <thread>
 
-#include "nccl/nccl_device_gate.hpp"
-#include "nccl/nccl_issue.hpp"
-#include "nccl/nccl_ops.hpp"
-#include "nccl/nccl_p2p.hpp"
-#include "nccl/nccl_pinned.hpp"
-#include "nccl/nccl_rendezvous.hpp"
-#include "nccl/nccl_version.hpp"
+#include "backends/nccl/nccl_device_gate.hpp"
+#include "backends/nccl/nccl_issue.hpp"
+#include "backends/nccl/nccl_ops.hpp"
+#include "backends/nccl/nccl_p2p.hpp"
+#include "backends/nccl/nccl_pinned.hpp"
+#include "backends/nccl/nccl_rendezvous.hpp"
+#include "backends/nccl/nccl_version.hpp"
 #include "nccl_test_support.hpp"
 
 using namespace nccl_test;

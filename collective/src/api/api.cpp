@@ -1,0 +1,343 @@
+// The imperative API: a table of groups per member scope, and blocking and
+// asynchronous wrappers around group's operations.
+#include "caf_collective/api.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include <caf/expected.hpp>
+
+#include "caf_collective/error.hpp"
+#include "runtime/lane.hpp"
+
+namespace caf_collective {
+
+struct member_scope::table {
+  std::mutex mtx;
+  std::map<std::string, group_ptr, std::less<>> groups;
+};
+
+namespace {
+
+member_scope::table& process_table() {
+  static member_scope::table instance;
+  return instance;
+}
+
+thread_local member_scope::table* current_table = nullptr;
+
+member_scope::table& table_of_caller() {
+  return current_table != nullptr ? *current_table : process_table();
+}
+
+rendezvous_store_ptr default_store(std::string_view group_name) {
+  if (const char* env = std::getenv("CAF_COLLECTIVE_STORE"); env && *env) {
+    std::string spec = env;
+    if (spec.rfind("file:", 0) == 0)
+      return make_file_store(spec.substr(5) + "/" + std::string{group_name});
+  }
+  return shared_in_process_store(std::string{group_name});
+}
+
+caf::error unknown_group(std::string_view group_name) {
+  return make_error(errc::unknown_group,
+                    "group '" + std::string{group_name} +
+                      "' is not initialized in this member "
+                      "(call init_collective_group first)");
+}
+
+group_ptr find_group(std::string_view group_name) {
+  auto& tbl = table_of_caller();
+  std::lock_guard<std::mutex> guard{tbl.mtx};
+  auto i = tbl.groups.find(group_name);
+  return i == tbl.groups.end() ? nullptr : i->second;
+}
+
+// The in-place forms take the peer or root both as an argument and in their
+// options. A different explicit value in the options is a caller error, not
+// something to overwrite silently. The options' defaults (-1 for a peer, 0
+// for a root) count as "not given": a root of 0 in the options cannot be
+// told apart from the default and so never conflicts.
+work refuse_conflict(std::string_view group_name, op_kind op,
+                     const char* argument, int given, const char* field,
+                     int in_options, int unset) {
+  if (in_options == unset || in_options == given) return {};
+  error_context where;
+  where.group = group_name;
+  where.op = static_cast<int64_t>(op);
+  return work::completed(
+    0, make_error(errc::invalid_argument, where,
+                  std::string{argument} + " " + std::to_string(given) +
+                    " conflicts with options." + field + " " +
+                    std::to_string(in_options) + " (give it once)"));
+}
+
+template<class Submit>
+void run_blocking(Submit submit) {
+  detail::run_inline_scope allow_inline;
+  throw_if(submit().wait());
+}
+
+} // namespace
+
+member_scope::member_scope()
+  : table_(std::make_unique<table>()), previous_(current_table) {
+  current_table = table_.get();
+}
+
+member_scope::~member_scope() {
+  current_table = previous_;
+  // Groups drain their lanes as they are destroyed here.
+  table_->groups.clear();
+}
+
+void init_collective_group(int world_size, int rank, std::string_view backend,
+                           std::string_view group_name, init_options opts) {
+  group_config cfg;
+  cfg.name = std::string{group_name};
+  cfg.world_size = world_size;
+  cfg.rank = rank;
+  cfg.backend = std::string{backend};
+  cfg.store = opts.store ? opts.store : default_store(group_name);
+  cfg.timeout = opts.timeout;
+  cfg.hostname = std::move(opts.hostname);
+  cfg.cuda_device = opts.cuda_device;
+  auto& tbl = table_of_caller();
+  {
+    // Reserve the name first so a concurrent init of the same name in this
+    // member fails instead of forming two groups.
+    std::lock_guard<std::mutex> guard{tbl.mtx};
+    if (tbl.groups.count(cfg.name) > 0)
+      throw collective_error{make_error(
+        errc::duplicate_group, "group '" + cfg.name +
+                                 "' is already initialized in this member "
+                                 "(destroy it first)")};
+    tbl.groups.emplace(cfg.name, nullptr);
+  }
+  auto created = group::create(std::move(cfg));
+  std::lock_guard<std::mutex> guard{tbl.mtx};
+  auto i = tbl.groups.find(group_name);
+  if (!created) {
+    tbl.groups.erase(i);
+    throw collective_error{created.error()};
+  }
+  i->second = std::move(*created);
+}
+
+void destroy_collective_group(std::string_view group_name) {
+  group_ptr victim;
+  {
+    auto& tbl = table_of_caller();
+    std::lock_guard<std::mutex> guard{tbl.mtx};
+    auto i = tbl.groups.find(group_name);
+    if (i == tbl.groups.end() || i->second == nullptr)
+      throw collective_error{unknown_group(group_name)};
+    victim = std::move(i->second);
+    tbl.groups.erase(i);
+  }
+  // Outside the lock: the caller may free its buffers once we return, so
+  // every queued operation must be over by then. Handles from get_group()
+  // may outlive this call; they refuse every later operation.
+  victim->close();
+}
+
+bool is_group_initialized(std::string_view group_name) {
+  return find_group(group_name) != nullptr;
+}
+
+int get_rank(std::string_view group_name) {
+  auto g = find_group(group_name);
+  return g ? g->rank() : -1;
+}
+
+int get_collective_group_size(std::string_view group_name) {
+  auto g = find_group(group_name);
+  return g ? g->world_size() : -1;
+}
+
+group_ptr get_group(std::string_view group_name) {
+  if (auto g = find_group(group_name)) return g;
+  throw collective_error{unknown_group(group_name)};
+}
+
+// -- asynchronous operations
+// ---------------------------------------------------
+
+work send_async(const tensor_view& tensor, int dst_rank,
+                std::string_view group_name, send_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::send, "dst_rank",
+                                     dst_rank, "peer", opts.peer, -1);
+      refused.valid())
+    return refused;
+  opts.peer = dst_rank;
+  return get_group(group_name)->send(tensor, opts);
+}
+
+work recv_async(const tensor_view& tensor, int src_rank,
+                std::string_view group_name, recv_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::recv, "src_rank",
+                                     src_rank, "peer", opts.peer, -1);
+      refused.valid())
+    return refused;
+  opts.peer = src_rank;
+  return get_group(group_name)->recv(tensor, opts);
+}
+
+work broadcast_async(const tensor_view& tensor, int src_rank,
+                     std::string_view group_name, broadcast_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::broadcast, "src_rank",
+                                     src_rank, "root", opts.root, 0);
+      refused.valid())
+    return refused;
+  opts.root = src_rank;
+  return get_group(group_name)->broadcast(tensor, tensor, opts);
+}
+
+work reduce_async(const tensor_view& tensor, int dst_rank,
+                  std::string_view group_name, reduce_options opts) {
+  if (auto refused = refuse_conflict(group_name, op_kind::reduce, "dst_rank",
+                                     dst_rank, "root", opts.root, 0);
+      refused.valid())
+    return refused;
+  opts.root = dst_rank;
+  return get_group(group_name)->reduce(tensor, tensor, opts);
+}
+
+work allreduce_async(const tensor_view& tensor, std::string_view group_name,
+                     allreduce_options opts) {
+  return get_group(group_name)->allreduce(tensor, tensor, opts);
+}
+
+work allreduce_async(const tensor_view& in, const tensor_view& out,
+                     std::string_view group_name, allreduce_options opts) {
+  return get_group(group_name)->allreduce(in, out, opts);
+}
+
+work allgather_async(const tensor_view& in, const tensor_view& out,
+                     std::string_view group_name, allgather_options opts) {
+  return get_group(group_name)->allgather(in, out, opts);
+}
+
+work allgatherv_async(const tensor_view& in, const tensor_view& out,
+                      std::string_view group_name, allgatherv_options opts) {
+  return get_group(group_name)->allgatherv(in, out, std::move(opts));
+}
+
+work gather_async(const tensor_view& in, const tensor_view& out,
+                  std::string_view group_name, gather_options opts) {
+  return get_group(group_name)->gather(in, out, opts);
+}
+
+work scatter_async(const tensor_view& in, const tensor_view& out,
+                   std::string_view group_name, scatter_options opts) {
+  return get_group(group_name)->scatter(in, out, opts);
+}
+
+work reduce_scatter_async(const tensor_view& in, const tensor_view& out,
+                          std::string_view group_name,
+                          reduce_scatter_options opts) {
+  return get_group(group_name)->reduce_scatter(in, out, opts);
+}
+
+work alltoall_async(const tensor_view& in, const tensor_view& out,
+                    std::string_view group_name, alltoall_options opts) {
+  return get_group(group_name)->alltoall(in, out, opts);
+}
+
+work alltoallv_async(const tensor_view& in, const tensor_view& out,
+                     std::string_view group_name, alltoallv_options opts) {
+  return get_group(group_name)->alltoallv(in, out, std::move(opts));
+}
+
+work barrier_async(std::string_view group_name, barrier_options opts) {
+  return get_group(group_name)->barrier(opts);
+}
+
+// -- blocking operations
+// -------------------------------------------------------
+
+void send(const tensor_view& tensor, int dst_rank, std::string_view group_name,
+          send_options opts) {
+  run_blocking([&] { return send_async(tensor, dst_rank, group_name, opts); });
+}
+
+void recv(const tensor_view& tensor, int src_rank, std::string_view group_name,
+          recv_options opts) {
+  run_blocking([&] { return recv_async(tensor, src_rank, group_name, opts); });
+}
+
+void broadcast(const tensor_view& tensor, int src_rank,
+               std::string_view group_name, broadcast_options opts) {
+  run_blocking(
+    [&] { return broadcast_async(tensor, src_rank, group_name, opts); });
+}
+
+void broadcast(const tensor_view& in, const tensor_view& out,
+               std::string_view group_name, broadcast_options opts) {
+  run_blocking([&] { return get_group(group_name)->broadcast(in, out, opts); });
+}
+
+void reduce(const tensor_view& tensor, int dst_rank,
+            std::string_view group_name, reduce_options opts) {
+  run_blocking(
+    [&] { return reduce_async(tensor, dst_rank, group_name, opts); });
+}
+
+void reduce(const tensor_view& in, const tensor_view& out,
+            std::string_view group_name, reduce_options opts) {
+  run_blocking([&] { return get_group(group_name)->reduce(in, out, opts); });
+}
+
+void allreduce(const tensor_view& tensor, std::string_view group_name,
+               allreduce_options opts) {
+  run_blocking([&] { return allreduce_async(tensor, group_name, opts); });
+}
+
+void allreduce(const tensor_view& in, const tensor_view& out,
+               std::string_view group_name, allreduce_options opts) {
+  run_blocking([&] { return allreduce_async(in, out, group_name, opts); });
+}
+
+void allgather(const tensor_view& in, const tensor_view& out,
+               std::string_view group_name, allgather_options opts) {
+  run_blocking([&] { return allgather_async(in, out, group_name, opts); });
+}
+
+void allgatherv(const tensor_view& in, const tensor_view& out,
+                std::string_view group_name, allgatherv_options opts) {
+  run_blocking(
+    [&] { return allgatherv_async(in, out, group_name, std::move(opts)); });
+}
+
+void gather(const tensor_view& in, const tensor_view& out,
+            std::string_view group_name, gather_options opts) {
+  run_blocking([&] { return gather_async(in, out, group_name, opts); });
+}
+
+void scatter(const tensor_view& in, const tensor_view& out,
+             std::string_view group_name, scatter_options opts) {
+  run_blocking([&] { return scatter_async(in, out, group_name, opts); });
+}
+
+void reduce_scatter(const tensor_view& in, const tensor_view& out,
+                    std::string_view group_name, reduce_scatter_options opts) {
+  run_blocking([&] { return reduce_scatter_async(in, out, group_name, opts); });
+}
+
+void alltoall(const tensor_view& in, const tensor_view& out,
+              std::string_view group_name, alltoall_options opts) {
+  run_blocking([&] { return alltoall_async(in, out, group_name, opts); });
+}
+
+void alltoallv(const tensor_view& in, const tensor_view& out,
+               std::string_view group_name, alltoallv_options opts) {
+  run_blocking(
+    [&] { return alltoallv_async(in, out, group_name, std::move(opts)); });
+}
+
+void barrier(std::string_view group_name, barrier_options opts) {
+  run_blocking([&] { return barrier_async(group_name, opts); });
+}
+
+} // namespace caf_collective

@@ -1,0 +1,250 @@
+// Gloo backend: formation, warm-up, error translation, point-to-point ops
+// and barrier. Collectives live in gloo_data_movement.cpp,
+// gloo_reductions.cpp and gloo_reduce_scatter.cpp.
+#include "backends/gloo/gloo_backend.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <gloo/barrier.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/buffer.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <caf/expected.hpp>
+
+#include "runtime/backend_factory.hpp"
+#include "backends/gloo/gloo_store_adapter.hpp"
+#include "backends/gloo/slots.hpp"
+
+namespace caf_collective::detail {
+
+std::byte* scratch_buffer::reserve(size_t bytes) {
+  if (bytes > capacity_) {
+    // Grow geometrically so a slowly increasing size reallocates rarely.
+    auto capacity = std::max(bytes, capacity_ + capacity_ / 2);
+    data_.reset(new std::byte[capacity]);
+    capacity_ = capacity;
+  }
+  return data_.get();
+}
+
+gloo_backend::gloo_backend(const group_config& cfg,
+                           std::shared_ptr<gloo::Context> ctx)
+  : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
+    context_(std::move(ctx)) {
+  // nop
+}
+
+gloo_backend::~gloo_backend() {
+  // Gloo closes its sockets hard (SO_LINGER 0: a reset, not a FIN), which
+  // can destroy data a slower peer has not read yet. Meet the peers in a
+  // short barrier first, so every rank has received everything before any
+  // connection closes. Skipped when the group failed: peers may be gone.
+  if (!aborted_.load() && world_size_ > 1) {
+    try {
+      gloo::BarrierOptions opts{context_};
+      opts.setTag(shutdown_tag);
+      opts.setTimeout(
+        std::min(context_->getTimeout(), std::chrono::milliseconds{5000}));
+      gloo::barrier(opts);
+    } catch (const std::exception&) {
+      // A peer left first or is gone: nothing left to protect.
+    }
+  }
+  // Algorithms reference the context: drop them first.
+  legacy_cache_.clear();
+}
+
+bool gloo_backend::supports(op_kind, device_kind kind, dtype) const noexcept {
+  return kind == device_kind::cpu;
+}
+
+caf::error gloo_backend::translate(op_kind op, const op_call& call,
+                                   const std::exception& ex) const {
+  std::string what = ex.what();
+  auto contains = [&](const char* needle) {
+    return what.find(needle) != std::string::npos;
+  };
+  if (contains("Timed out") || contains("timed out") || contains("Timeout") ||
+      contains("timeout"))
+    return make_error(
+      errc::timeout, context(op, call),
+      "not finished within " + std::to_string(call.timeout.count()) +
+        " ms: a peer did not call this operation, is too slow, or called it "
+        "with other arguments (op, dtype, element count, root and reduce op "
+        "must match on every rank); Gloo: " +
+        what);
+  if (contains("Connection closed") || contains("reset by peer") ||
+      contains("Broken pipe") || contains("Connection refused")) {
+    auto peer = name_peer(what);
+    return make_error(errc::peer_lost, context(op, call),
+                      "connection to " +
+                        (peer.empty() ? std::string{"a peer"} : peer) +
+                        " lost; Gloo: " + what);
+  }
+  return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
+}
+
+void gloo_backend::abort(std::string_view why) {
+  {
+    std::lock_guard<std::mutex> guard{abort_mtx_};
+    if (abort_reason_.empty()) abort_reason_ = std::string{why};
+  }
+  if (aborted_.exchange(true)) return;
+  // Closing the connections stops Gloo's network thread from touching any
+  // buffer of a running operation, so the group can fail it at once. The
+  // lane thread blocked in Gloo returns at the operation's deadline.
+  for (int peer = 0; peer < world_size_; ++peer)
+    if (peer != rank_)
+      if (auto& pair = context_->getPair(peer)) pair->close();
+}
+
+void gloo_backend::warm_up(size_t bytes) {
+  if (world_size_ == 1) return;
+  // Gloo's TCP pair sets SO_SNDBUF from the first message that goes through
+  // its buffer path (unbound-buffer sends never resize it). Setting it pins
+  // the size and turns off the kernel's auto-tuning, so a tiny first message
+  // leaves a 4.6 KiB buffer and later 16-256 KiB messages stall on delayed
+  // ACKs (88 ms per call here). One large message per connection first pins
+  // the buffer at the kernel's maximum instead.
+  constexpr size_t address_bytes = 256;
+  auto peers = static_cast<size_t>(world_size_ - 1);
+  std::vector<std::byte> out(bytes * peers);
+  std::vector<std::byte> in(bytes * peers);
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> sends;
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs;
+  std::vector<int> ranks;
+  auto slot = context_->nextSlot();
+  size_t offset = 0;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    auto& pair = context_->getPair(peer);
+    // Our end's address of this connection is the peer's "peer address":
+    // the one Gloo names when the connection breaks.
+    auto self = pair->address().str().substr(0, address_bytes - 1);
+    std::memcpy(out.data() + offset, self.c_str(), self.size() + 1);
+    recvs.push_back(pair->createRecvBuffer(slot, in.data() + offset, bytes));
+    sends.push_back(pair->createSendBuffer(slot, out.data() + offset, bytes));
+    ranks.push_back(peer);
+    offset += bytes;
+  }
+  for (auto& buf : sends)
+    buf->send(0, bytes);
+  for (auto& buf : recvs)
+    buf->waitRecv();
+  for (auto& buf : sends)
+    buf->waitSend();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    auto* text = reinterpret_cast<const char*>(in.data() + i * bytes);
+    peer_addresses_.emplace_back(
+      std::string{text, strnlen(text, address_bytes)}, ranks[i]);
+  }
+}
+
+std::string gloo_backend::name_peer(const std::string& gloo_message) const {
+  for (const auto& [address, rank] : peer_addresses_)
+    if (!address.empty() && gloo_message.find(address) != std::string::npos)
+      return "rank " + std::to_string(rank) + " (" + address + ")";
+  return {};
+}
+
+caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
+                              const send_options& opts) {
+  return guarded(op_kind::send, call, [&] {
+    auto buf = context_->createUnboundBuffer(non_null(in.data()), in.nbytes());
+    buf->send(opts.peer, p2p_slot(opts.tag, in.nbytes()), 0, in.nbytes());
+    buf->waitSend(call.timeout);
+  });
+}
+
+caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
+                              const recv_options& opts) {
+  return guarded(op_kind::recv, call, [&] {
+    auto buf =
+      context_->createUnboundBuffer(non_null(out.data()), out.nbytes());
+    buf->recv(opts.peer, p2p_slot(opts.tag, out.nbytes()), 0, out.nbytes());
+    buf->waitRecv(call.timeout);
+  });
+}
+
+caf::error gloo_backend::barrier(const op_call& call, const barrier_options&) {
+  return guarded(op_kind::barrier, call, [&] {
+    if (world_size_ == 1) return;
+    gloo::BarrierOptions opts{context_};
+    opts.setTag(tag_of(call.seq, agreement_key({uint64_t(op_kind::barrier)})));
+    opts.setTimeout(call.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+namespace {
+
+std::string resolve_hostname(const group_config& cfg) {
+  if (!cfg.hostname.empty()) return cfg.hostname;
+  if (const char* env = std::getenv("CAF_COLLECTIVE_HOSTNAME"); env && *env)
+    return env;
+  return "127.0.0.1";
+}
+
+// Size of the warm-up message per connection: large enough that Gloo's
+// first send on each connection grows the socket buffers past the sizes
+// at which we saw 88 ms delayed-ACK stalls (16-256 KiB).
+constexpr size_t warm_up_bytes = 1 << 20;
+
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that closed its
+// end would raise SIGPIPE and kill the whole process instead of failing one
+// operation with peer_lost. Ignore SIGPIPE unless the program installed a
+// handler of its own.
+void ignore_sigpipe_once() {
+  static std::once_flag flag;
+  std::call_once(flag, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL)
+      std::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+} // namespace
+
+caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
+  // Formation is no operation: the context names group and rank only.
+  error_context where;
+  where.group = cfg.name;
+  where.rank = cfg.rank;
+  where.world_size = cfg.world_size;
+  ignore_sigpipe_once();
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = resolve_hostname(cfg);
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx =
+      std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);
+    ctx->setTimeout(cfg.timeout);
+    gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
+                               cfg.timeout};
+    ctx->connectFullMesh(adapter, device);
+    auto result = std::make_unique<gloo_backend>(cfg, ctx);
+    result->warm_up(warm_up_bytes);
+    return backend_ptr{std::move(result)};
+  } catch (const std::exception& ex) {
+    std::string what = ex.what();
+    auto code = what.find("timeout") != std::string::npos ||
+                    what.find("Timed out") != std::string::npos ||
+                    what.find("did not appear") != std::string::npos
+                  ? errc::timeout
+                  : errc::backend_error;
+    return make_error(code, where,
+                      "forming the group failed (every rank must join within " +
+                        std::to_string(cfg.timeout.count()) + " ms): " + what);
+  }
+}
+
+} // namespace caf_collective::detail

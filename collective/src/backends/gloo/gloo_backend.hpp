@@ -1,0 +1,206 @@
+// The Gloo backend: CPU tensors over Gloo's TCP transport. Private to the
+// collective layer; nothing outside collective/src includes Gloo.
+#pragma once
+
+#include <atomic>
+#include <initializer_list>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gloo/algorithm.h>
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+
+#include <caf/expected.hpp>
+
+#include "backends/common/agreement.hpp"
+#include "caf_collective/backend.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/group.hpp"
+
+namespace caf_collective::detail {
+
+/// A growable buffer that is never zeroed: first touches of fresh pages
+/// cost about 10 us per 4 KiB here (as the foundation issue measured), so
+/// each group keeps and reuses one.
+class scratch_buffer {
+ public:
+  std::byte* reserve(size_t bytes);
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t capacity_ = 0;
+};
+
+/// A cached instance of one of Gloo's legacy allreduce algorithms. Legacy
+/// algorithms allocate buffers and consume context slots on construction,
+/// so they are built once per (algorithm, carrier, count, op) and run on
+/// their own buffer. The cache key is identical on every rank, so every
+/// rank builds and evicts the same instances in the same order.
+struct cached_allreduce {
+  int algorithm = 0;
+  dtype carrier = dtype::float32;
+  size_t count = 0;
+  reduce_op op = reduce_op::sum;
+  std::unique_ptr<std::byte[]> buffer;
+  std::unique_ptr<gloo::Algorithm> instance;
+};
+
+class gloo_backend : public backend {
+ public:
+  gloo_backend(const group_config& cfg, std::shared_ptr<gloo::Context> ctx);
+
+  ~gloo_backend() override;
+
+  std::string_view name() const noexcept override { return "gloo"; }
+
+  int rank() const noexcept override { return rank_; }
+
+  int world_size() const noexcept override { return world_size_; }
+
+  bool supports(op_kind op, device_kind kind,
+                dtype type) const noexcept override;
+
+  caf::error send(const op_call& call, const tensor_view& in,
+                  const send_options& opts) override;
+  caf::error recv(const op_call& call, const tensor_view& out,
+                  const recv_options& opts) override;
+  caf::error broadcast(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const broadcast_options& opts) override;
+  caf::error reduce(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const reduce_options& opts) override;
+  caf::error allreduce(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allreduce_options& opts) override;
+  caf::error allgather(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allgather_options& opts) override;
+  caf::error allgatherv(const op_call& call, const tensor_view& in,
+                        const tensor_view& out,
+                        const allgatherv_options& opts) override;
+  caf::error gather(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const gather_options& opts) override;
+  caf::error scatter(const op_call& call, const tensor_view& in,
+                     const tensor_view& out,
+                     const scatter_options& opts) override;
+  caf::error reduce_scatter(const op_call& call, const tensor_view& in,
+                            const tensor_view& out,
+                            const reduce_scatter_options& opts) override;
+  caf::error alltoall(const op_call& call, const tensor_view& in,
+                      const tensor_view& out,
+                      const alltoall_options& opts) override;
+  caf::error alltoallv(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const alltoallv_options& opts) override;
+  caf::error barrier(const op_call& call, const barrier_options& opts) override;
+
+  void abort(std::string_view why) override;
+
+  /// Runs `fn`, turning Gloo's exceptions into errors: timeouts become
+  /// errc::timeout, everything else errc::backend_error.
+  template<class Fn>
+  caf::error guarded(op_kind op, const op_call& call, Fn&& fn) noexcept;
+
+  error_context context(op_kind op, const op_call& call) const noexcept {
+    return {group_name_, op, static_cast<int64_t>(call.seq), rank_,
+            world_size_};
+  }
+
+  /// Sends one message of `bytes` to and from every peer so that each
+  /// connection's buffers are sized before the first real operation. The
+  /// message starts with the sender's address of that connection, so a
+  /// lost connection can later be reported by rank (see name_peer).
+  void warm_up(size_t bytes);
+
+ private:
+  caf::error translate(op_kind op, const op_call& call,
+                       const std::exception& ex) const;
+
+  /// Reduces `in` into `out` (which holds `carrier` elements) in place,
+  /// with the algorithm options pick.
+  void allreduce_carrier(const op_call& call, void* data, dtype carrier,
+                         size_t count, reduce_op op,
+                         allreduce_algorithm algorithm, uint64_t pass = 0);
+
+  /// gloo::reduce of `count` carrier elements into `target` on `root`;
+  /// `pass` tells apart the passes of one operation.
+  void reduce_carrier(const op_call& call, void* source, void* target,
+                      dtype carrier, size_t count, reduce_op op, int root,
+                      uint64_t pass);
+
+  cached_allreduce& legacy_instance(const op_call& call,
+                                    allreduce_algorithm algorithm,
+                                    dtype carrier, size_t count, reduce_op op);
+
+  void ring_reduce_scatter(const op_call& call, std::byte* work, std::byte* out,
+                           dtype carrier, size_t block, reduce_op op,
+                           uint64_t pass);
+
+  /// The agreement step of allgatherv / alltoallv (gloo_agreement.cpp):
+  /// every rank learns every rank's dtype and counts; `mismatch` naming the
+  /// ranks when they do not fit together.
+  caf::error agree_allgatherv(const op_call& call, dtype type,
+                              const std::vector<size_t>& counts);
+  caf::error agree_alltoallv(const op_call& call, dtype type,
+                             const std::vector<size_t>& sends,
+                             const std::vector<size_t>& recvs);
+  caf::expected<std::vector<uint64_t>>
+  exchange_headers(op_kind op, const op_call& call,
+                   const std::vector<uint64_t>& mine);
+
+  /// "rank 2 ([127.0.0.1]:41234)" when Gloo's message names the address of
+  /// a peer's end of one of our connections, else an empty string.
+  std::string name_peer(const std::string& gloo_message) const;
+
+  std::string group_name_;
+  int rank_;
+  int world_size_;
+  std::shared_ptr<gloo::Context> context_;
+  scratch_buffer scratch_;
+  scratch_buffer scratch_recv_;
+  scratch_buffer scratch_avg_; // int64 avg's second pass (reduce_kernels)
+  std::list<cached_allreduce> legacy_cache_;
+  // The peer's address of each connection (as Gloo prints it) -> its rank;
+  // filled once by warm_up.
+  std::vector<std::pair<std::string, int>> peer_addresses_;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mtx_;
+  std::string abort_reason_;
+};
+
+/// The Gloo tag of an operation: its sequence number mixed with its
+/// agreement key. Ranks that disagree about sizes would make Gloo abort the
+/// whole process (a size check on its network thread calls std::terminate);
+/// with the key in the tag their messages never match, and the operation
+/// ends in a timeout instead. Tags stay below 2^31 (shutdown_tag is above).
+inline uint32_t tag_of(uint64_t seq, uint64_t key) noexcept {
+  return static_cast<uint32_t>(agreement_key({seq, key}) & 0x7fffffffu);
+}
+
+template<class Fn>
+caf::error gloo_backend::guarded(op_kind op, const op_call& call,
+                                 Fn&& fn) noexcept {
+  if (aborted_.load()) {
+    std::lock_guard<std::mutex> guard{abort_mtx_};
+    return make_error(errc::aborted, context(op, call),
+                      "backend aborted: " + abort_reason_);
+  }
+  try {
+    fn();
+    return {};
+  } catch (const std::exception& ex) {
+    return translate(op, call, ex);
+  } catch (...) {
+    return make_error(errc::backend_error, context(op, call),
+                      "unknown exception from Gloo");
+  }
+}
+
+} // namespace caf_collective::detail

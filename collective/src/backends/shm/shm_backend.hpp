@@ -1,0 +1,209 @@
+// The shm backend: CPU tensors of members on one host, moved through memory.
+// Private to the collective layer.
+//
+// Every collective runs in rounds of sync steps. A step bumps the rank's
+// epoch in its control block and waits until every rank's epoch reached
+// it: spinning briefly, then sleeping on the segment's futex word, checking
+// the deadline, the abort mark and (across processes) whether the ranks it
+// waits for are still alive. At the first step of an op every rank has
+// published its agreement key; ranks that disagree all fail with
+// `mismatch` before any data moves.
+//
+// Direct mode (every rank in one process): ranks publish the addresses of
+// their buffers and read each other's memory: one copy, no staging.
+// Staged mode (ranks in several processes): each round a rank copies a
+// chunk of its input into its area A of the segment; peers read it there.
+//
+// Reductions: every rank reduces its slice of the elements across all
+// inputs, in rank order, in the carrier type (reduce_kernels.hpp), then
+// copies the other slices from their owners: every rank gets the same bits.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "caf_collective/backend.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/group.hpp"
+#include "backends/shm/shm_segment.hpp"
+
+namespace caf_collective::detail::shm {
+
+/// A byte range one rank reads from another rank's contribution.
+struct need {
+  int peer;
+  size_t src_offset; // in the peer's contribution
+  size_t bytes;
+  size_t dst_offset; // in this rank's output
+};
+
+class shm_backend : public backend {
+ public:
+  shm_backend(const group_config& cfg, segment seg);
+
+  ~shm_backend() override;
+
+  std::string_view name() const noexcept override { return "shm"; }
+
+  int rank() const noexcept override { return rank_; }
+
+  int world_size() const noexcept override { return world_size_; }
+
+  bool supports(op_kind op, device_kind kind,
+                dtype type) const noexcept override;
+
+  caf::error send(const op_call& call, const tensor_view& in,
+                  const send_options& opts) override;
+  caf::error recv(const op_call& call, const tensor_view& out,
+                  const recv_options& opts) override;
+  caf::error broadcast(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const broadcast_options& opts) override;
+  caf::error reduce(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const reduce_options& opts) override;
+  caf::error allreduce(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allreduce_options& opts) override;
+  caf::error allgather(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const allgather_options& opts) override;
+  caf::error allgatherv(const op_call& call, const tensor_view& in,
+                        const tensor_view& out,
+                        const allgatherv_options& opts) override;
+  caf::error gather(const op_call& call, const tensor_view& in,
+                    const tensor_view& out,
+                    const gather_options& opts) override;
+  caf::error scatter(const op_call& call, const tensor_view& in,
+                     const tensor_view& out,
+                     const scatter_options& opts) override;
+  caf::error reduce_scatter(const op_call& call, const tensor_view& in,
+                            const tensor_view& out,
+                            const reduce_scatter_options& opts) override;
+  caf::error alltoall(const op_call& call, const tensor_view& in,
+                      const tensor_view& out,
+                      const alltoall_options& opts) override;
+  caf::error alltoallv(const op_call& call, const tensor_view& in,
+                       const tensor_view& out,
+                       const alltoallv_options& opts) override;
+  caf::error barrier(const op_call& call, const barrier_options& opts) override;
+
+  void abort(std::string_view why) override;
+
+  /// Whether every rank lives in this process (direct mode).
+  bool direct() const noexcept { return direct_; }
+
+  /// Waits until every rank attached, then removes the segment's name.
+  caf::error finish_formation(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  /// One op in progress: its context, deadline and first epoch.
+  struct op_state {
+    op_kind op;
+    const op_call* call;
+    clock::time_point deadline;
+    uint64_t first_epoch = 0;
+    int parity() const noexcept { return int(first_epoch % 2); }
+  };
+
+  // -- synchronization (shm_sync.cpp) ----------------------------------------
+
+  /// Bumps this rank's epoch and waits until every rank reached it.
+  caf::error step(op_state& st);
+
+  /// Publishes `notice` (and `counts`, if any) for the op's first step,
+  /// steps, and fails with `mismatch` naming the ranks unless every rank
+  /// published the same key.
+  caf::error begin(op_state& st, op_notice notice,
+                   std::span<const uint64_t> counts = {});
+
+  /// Waits until `ready()` holds. `laggards()` names the ranks still
+  /// missing (for errors and liveness checks).
+  caf::error wait_until(const std::function<bool()>& ready,
+                        const std::function<std::vector<int>()>& laggards,
+                        op_kind op, const op_call* call,
+                        clock::time_point deadline);
+
+  /// Direct mode: marks this rank as reading its peers' buffers, unless a
+  /// peer has aborted (then nothing may be read: its caller may free them).
+  caf::error start_reading(const op_state& st);
+  void stop_reading() noexcept;
+
+  /// Wakes every rank sleeping on the segment's bell.
+  void ring() noexcept;
+
+  caf::error failure_if_any(op_kind op, const op_call* call,
+                            const std::vector<int>& waiting_for);
+
+  error_context context(op_kind op, const op_call* call) const noexcept;
+
+  // -- data movement (shm_collectives.cpp) -----------------------------------
+
+  /// The copy ops: `mine` is this rank's contribution, `longest` the
+  /// longest contribution of any rank, `needs` what this rank copies into
+  /// `out`.
+  caf::error run_copies(op_state& st, const std::byte* mine, size_t mine_bytes,
+                        size_t longest, std::span<const need> needs,
+                        std::byte* out);
+
+  /// Every rank's `size` counts published at the op's first step, rank by
+  /// rank (the uneven-size ops' headers, agreement.hpp).
+  std::vector<uint64_t> published_headers(const op_state& st,
+                                          size_t size) const;
+
+  /// `in`, or a copy of it when the op runs in place (alltoall/v).
+  tensor_view contribution_of(const tensor_view& in, const tensor_view& out);
+
+  /// Where this rank reads `rank`'s contribution in round `round_start`:
+  /// its published input (direct) or its area A (staged).
+  const std::byte* source(const op_state& st, int rank,
+                          size_t round_start) const noexcept;
+
+  /// Reduces elements [first, first + count) of every rank's contribution
+  /// (`type` elements, this round's sources) into `dst`.
+  void reduce_range(const op_state& st, size_t round_start, size_t first,
+                    size_t count, dtype type, reduce_op op, std::byte* dst);
+
+  caf::error reduce_common(const op_call& call, op_kind kind,
+                           const tensor_view& in, const tensor_view& out,
+                           reduce_op op, int root, uint64_t key);
+
+  // -- state -----------------------------------------------------------------
+
+  std::string group_name_;
+  int rank_;
+  int world_size_;
+  segment seg_;
+  bool direct_ = false;
+  uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
+  std::atomic<bool> aborted_{false};
+  // Why an op of this rank failed (timeout, peer_lost), else aborted: what
+  // abort() tells the peers.
+  std::atomic<errc> failed_code_{errc::aborted};
+  std::string abort_reason_; // set once before aborted_
+  std::vector<int32_t> pids_;
+  std::vector<int> pidfds_; // -1, or a pidfd of a rank in another process
+  // Carrier scratch of the reductions: fixed size, allocated once.
+  std::vector<std::byte> acc_;
+  std::vector<std::byte> tmp_;
+  std::vector<std::byte> inplace_;
+  std::vector<const std::byte*> sources_; // one per rank, for reduce_range
+};
+
+/// Forms an shm group: rank 0 creates the segment and publishes its name in
+/// cfg.store; every rank checks that all ranks are on this host.
+caf::expected<backend_ptr> make_shm_backend(const group_config& cfg);
+
+/// "<boot id>/<hostname>": ranks with the same identity share memory.
+std::string host_identity();
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,442 @@
+// shm backend: the collectives, as rounds over the sync steps of
+// shm_sync.cpp. See shm_backend.hpp for direct and staged mode.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/common/agreement.hpp"
+#include "backends/common/reduce_kernels.hpp"
+#include "backends/shm/shm_backend.hpp"
+
+namespace caf_collective::detail::shm {
+
+namespace {
+
+// Elements reduced at once: the carrier accumulator of one block stays in
+// L1 while every rank's elements stream through it.
+constexpr size_t block_elements = 2048;
+
+std::byte* bytes_of(const tensor_view& x) {
+  return static_cast<std::byte*>(x.data());
+}
+
+// Elements [first, last) of `n` that rank `r` of `w` reduces.
+std::pair<size_t, size_t> slice_of(size_t n, int r, int w) {
+  auto first = n * size_t(r) / size_t(w);
+  auto last = n * size_t(r + 1) / size_t(w);
+  return {first, last};
+}
+
+op_notice make_notice(op_kind op, const tensor_view& in, const tensor_view& out,
+                      size_t count, int root, reduce_op red, uint64_t key) {
+  op_notice n{};
+  n.key = key;
+  n.in_addr = reinterpret_cast<uint64_t>(in.data());
+  n.out_addr = reinterpret_cast<uint64_t>(out.data());
+  n.count = count;
+  n.root = root;
+  n.op = uint8_t(op);
+  n.type = uint8_t(in.type());
+  n.reduce = uint8_t(red);
+  return n;
+}
+
+uint64_t key_of(op_kind op, dtype type, size_t count, int root = -1,
+                reduce_op red = reduce_op::sum) {
+  return agreement_key(
+    {uint64_t(op), uint64_t(type), count, uint64_t(root), uint64_t(red)});
+}
+
+} // namespace
+
+tensor_view shm_backend::contribution_of(const tensor_view& in,
+                                         const tensor_view& out) {
+  if (in.data() != out.data() || in.nbytes() == 0) return in;
+  // In place: peers read the input while this rank writes the output, so
+  // they read a copy (kept and grown, never shrunk).
+  if (inplace_.size() < in.nbytes()) inplace_.resize(in.nbytes());
+  std::memcpy(inplace_.data(), in.data(), in.nbytes());
+  return tensor_view{inplace_.data(), in.type(), in.numel()};
+}
+
+std::vector<uint64_t> shm_backend::published_headers(const op_state& st,
+                                                     size_t size) const {
+  std::vector<uint64_t> all;
+  all.reserve(size * size_t(world_size_));
+  for (int r = 0; r < world_size_; ++r) {
+    const auto* h = seg_.counts(r, st.parity());
+    all.insert(all.end(), h, h + size);
+  }
+  return all;
+}
+
+const std::byte* shm_backend::source(const op_state& st, int rank,
+                                     size_t round_start) const noexcept {
+  if (direct_) {
+    auto addr = seg_.control(rank).notice[st.parity()].in_addr;
+    return reinterpret_cast<const std::byte*>(addr) + round_start;
+  }
+  return seg_.area(rank, 0);
+}
+
+void shm_backend::reduce_range(const op_state& st, size_t round_start,
+                               size_t first, size_t count, dtype type,
+                               reduce_op op, std::byte* dst) {
+  auto es = size_of(type);
+  auto carrier = carrier_of(type, op);
+  auto cs = size_of(carrier);
+  auto kernel = kernel_of(carrier, op);
+  auto& srcs = sources_; // sized once: no allocation per call
+  for (int r = 0; r < world_size_; ++r)
+    srcs[size_t(r)] = source(st, r, round_start) + first * es - round_start;
+  for (size_t done = 0; done < count; done += block_elements) {
+    auto k = std::min(block_elements, count - done);
+    auto at = [&](int r) { return srcs[size_t(r)] + done * es; };
+    auto* out = dst + done * es;
+    if (needs_split_avg(type, op)) {
+      // The exact sum of int64 values needs 128 bits.
+      for (size_t i = 0; i < k; ++i) {
+        __int128 sum = 0;
+        for (int r = 0; r < world_size_; ++r) {
+          int64_t x;
+          std::memcpy(&x, at(r) + i * 8, 8);
+          sum += x;
+        }
+        auto avg = static_cast<int64_t>(sum / world_size_);
+        std::memcpy(out + i * 8, &avg, 8);
+      }
+      continue;
+    }
+    // Accumulate in rank order in the carrier: every element is reduced once,
+    // by one rank, so every rank ends with the same bits.
+    auto* acc = acc_.data();
+    if (carrier == type)
+      std::memcpy(acc, at(0), k * cs);
+    else
+      convert(at(0), type, acc, carrier, k);
+    for (int r = 1; r < world_size_; ++r) {
+      if (carrier == type) {
+        kernel(acc, acc, at(r), k);
+      } else {
+        convert(at(r), type, tmp_.data(), carrier, k);
+        kernel(acc, acc, tmp_.data(), k);
+      }
+    }
+    if (op == reduce_op::avg) divide(acc, carrier, k, world_size_);
+    if (carrier == type)
+      std::memcpy(out, acc, k * es);
+    else
+      convert(acc, carrier, out, type, k);
+  }
+}
+
+caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
+                                   size_t mine_bytes, size_t longest,
+                                   std::span<const need> needs,
+                                   std::byte* out) {
+  for (const auto& n : needs)
+    if (n.peer == rank_ && n.bytes > 0 &&
+        out + n.dst_offset != mine + n.src_offset)
+      std::memmove(out + n.dst_offset, mine + n.src_offset, n.bytes);
+  auto chunk = direct_ ? std::max<size_t>(longest, 1) : seg_.area_bytes();
+  auto rounds = std::max<size_t>(1, (longest + chunk - 1) / chunk);
+  for (size_t c = 0; c < rounds; ++c) {
+    auto start = c * chunk;
+    auto end = start + chunk;
+    if (!direct_) {
+      // Staged: this round's window of the contribution goes to area A.
+      if (start < mine_bytes)
+        std::memcpy(seg_.area(rank_, 0), mine + start,
+                    std::min(chunk, mine_bytes - start));
+      if (auto err = step(st)) return err;
+    }
+    if (auto err = start_reading(st)) return err;
+    for (const auto& n : needs) {
+      if (n.peer == rank_) continue;
+      auto lo = std::max(n.src_offset, start);
+      auto hi = std::min(n.src_offset + n.bytes, end);
+      if (lo < hi)
+        std::memcpy(out + n.dst_offset + (lo - n.src_offset),
+                    source(st, n.peer, start) + (lo - start), hi - lo);
+    }
+    stop_reading();
+    // Nobody reuses its buffer or area before every rank read it.
+    if (auto err = step(st)) return err;
+  }
+  return {};
+}
+
+caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const broadcast_options& opts) {
+  op_state st{op_kind::broadcast, &call, clock::now() + call.timeout};
+  bool root = rank_ == opts.root;
+  const auto& src = root ? in : out;
+  if (auto err = begin(st, make_notice(op_kind::broadcast, src, out,
+                                       out.numel(), opts.root, reduce_op::sum,
+                                       key_of(op_kind::broadcast, out.type(),
+                                              out.numel(), opts.root))))
+    return err;
+  need from_root{opts.root, 0, out.nbytes(), 0};
+  return run_copies(st, root ? bytes_of(in) : nullptr, root ? in.nbytes() : 0,
+                    out.nbytes(), {&from_root, 1}, bytes_of(out));
+}
+
+caf::error shm_backend::allgather(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const allgather_options&) {
+  op_state st{op_kind::allgather, &call, clock::now() + call.timeout};
+  if (auto err = begin(
+        st,
+        make_notice(op_kind::allgather, in, out, in.numel(), -1, reduce_op::sum,
+                    key_of(op_kind::allgather, in.type(), in.numel()))))
+    return err;
+  std::vector<need> needs;
+  for (int r = 0; r < world_size_; ++r)
+    needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
+  return run_copies(st, bytes_of(in), in.nbytes(), in.nbytes(), needs,
+                    bytes_of(out));
+}
+
+caf::error shm_backend::gather(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const gather_options& opts) {
+  op_state st{op_kind::gather, &call, clock::now() + call.timeout};
+  if (auto err = begin(st, make_notice(op_kind::gather, in, out, in.numel(),
+                                       opts.root, reduce_op::sum,
+                                       key_of(op_kind::gather, in.type(),
+                                              in.numel(), opts.root))))
+    return err;
+  std::vector<need> needs;
+  if (rank_ == opts.root)
+    for (int r = 0; r < world_size_; ++r)
+      needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
+  return run_copies(st, bytes_of(in), in.nbytes(), in.nbytes(), needs,
+                    bytes_of(out));
+}
+
+caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
+                                const tensor_view& out,
+                                const scatter_options& opts) {
+  op_state st{op_kind::scatter, &call, clock::now() + call.timeout};
+  bool root = rank_ == opts.root;
+  if (auto err = begin(st, make_notice(op_kind::scatter, root ? in : out, out,
+                                       out.numel(), opts.root, reduce_op::sum,
+                                       key_of(op_kind::scatter, out.type(),
+                                              out.numel(), opts.root))))
+    return err;
+  auto block = out.nbytes();
+  need mine{opts.root, size_t(rank_) * block, block, 0};
+  return run_copies(st, root ? bytes_of(in) : nullptr, root ? in.nbytes() : 0,
+                    block * size_t(world_size_), {&mine, 1}, bytes_of(out));
+}
+
+caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
+                                 const tensor_view& out,
+                                 const alltoall_options&) {
+  op_state st{op_kind::alltoall, &call, clock::now() + call.timeout};
+  auto source_view = contribution_of(in, out);
+  if (auto err = begin(
+        st, make_notice(op_kind::alltoall, source_view, out, in.numel(), -1,
+                        reduce_op::sum,
+                        key_of(op_kind::alltoall, in.type(), in.numel()))))
+    return err;
+  auto block = in.nbytes() / size_t(world_size_);
+  std::vector<need> needs;
+  for (int r = 0; r < world_size_; ++r)
+    needs.push_back({r, size_t(rank_) * block, block, size_t(r) * block});
+  return run_copies(st, bytes_of(source_view), in.nbytes(), in.nbytes(), needs,
+                    bytes_of(out));
+}
+
+caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
+                                   const tensor_view& out,
+                                   const allgatherv_options& opts) {
+  op_state st{op_kind::allgatherv, &call, clock::now() + call.timeout};
+  std::vector<uint64_t> header{uint64_t(in.type())};
+  header.insert(header.end(), opts.counts.begin(), opts.counts.end());
+  // The key names the op only: the counts are compared below, with a
+  // better message than "the keys differ".
+  if (auto err =
+        begin(st,
+              make_notice(op_kind::allgatherv, in, out, out.numel(), -1,
+                          reduce_op::sum,
+                          key_of(op_kind::allgatherv, dtype::uint8, 0)),
+              header))
+    return err;
+  auto all = published_headers(st, header.size());
+  // Every rank sees every header: all fail here, or none.
+  if (auto err = check_allgatherv_headers(context(op_kind::allgatherv, &call),
+                                          world_size_, all))
+    return err;
+  auto es = size_of(in.type());
+  std::vector<need> needs;
+  size_t offset = 0;
+  size_t longest = 0;
+  for (int r = 0; r < world_size_; ++r) {
+    auto bytes = opts.counts[size_t(r)] * es;
+    needs.push_back({r, 0, bytes, offset});
+    offset += bytes;
+    longest = std::max(longest, bytes);
+  }
+  return run_copies(st, bytes_of(in), in.nbytes(), longest, needs,
+                    bytes_of(out));
+}
+
+caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const alltoallv_options& opts) {
+  op_state st{op_kind::alltoallv, &call, clock::now() + call.timeout};
+  auto w = size_t(world_size_);
+  std::vector<uint64_t> header{uint64_t(in.type())};
+  header.insert(header.end(), opts.send_counts.begin(), opts.send_counts.end());
+  header.insert(header.end(), opts.recv_counts.begin(), opts.recv_counts.end());
+  auto source_view = contribution_of(in, out);
+  if (auto err = begin(st,
+                       make_notice(op_kind::alltoallv, source_view, out,
+                                   in.numel(), -1, reduce_op::sum,
+                                   key_of(op_kind::alltoallv, dtype::uint8, 0)),
+                       header))
+    return err;
+  auto all = published_headers(st, header.size());
+  if (auto err = check_alltoallv_headers(context(op_kind::alltoallv, &call),
+                                         world_size_, all))
+    return err;
+  auto es = size_of(in.type());
+  auto header_of = [&](size_t r) { return all.data() + r * header.size(); };
+  std::vector<need> needs;
+  size_t recv_offset = 0;
+  size_t longest = 0;
+  for (size_t r = 0; r < w; ++r) {
+    // Rank r's block for us starts after its blocks for ranks before us.
+    const auto* sends = header_of(r) + 1;
+    size_t send_offset = 0;
+    size_t total = 0;
+    for (size_t j = 0; j < w; ++j) {
+      if (j < size_t(rank_)) send_offset += sends[j];
+      total += sends[j];
+    }
+    auto bytes = sends[size_t(rank_)] * es;
+    needs.push_back({int(r), send_offset * es, bytes, recv_offset});
+    recv_offset += bytes;
+    longest = std::max(longest, total * es);
+  }
+  return run_copies(st, bytes_of(source_view), in.nbytes(), longest, needs,
+                    bytes_of(out));
+}
+
+caf::error shm_backend::barrier(const op_call& call, const barrier_options&) {
+  op_state st{op_kind::barrier, &call, clock::now() + call.timeout};
+  return begin(st, make_notice(op_kind::barrier, {}, {}, 0, -1, reduce_op::sum,
+                               key_of(op_kind::barrier, dtype::uint8, 0)));
+}
+
+caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const allreduce_options& opts) {
+  op_state st{op_kind::allreduce, &call, clock::now() + call.timeout};
+  auto n = in.numel();
+  if (auto err = begin(
+        st, make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
+                        key_of(op_kind::allreduce, in.type(), n, -1, opts.op))))
+    return err;
+  auto es = size_of(in.type());
+  // Direct: one round over everything; staged: rounds of one area.
+  auto chunk_elems = direct_ ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
+  auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
+  for (size_t c = 0; c < rounds; ++c) {
+    auto first = c * chunk_elems;
+    auto count = std::min(chunk_elems, n - std::min(n, first));
+    auto start = first * es;
+    if (!direct_) {
+      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, count * es);
+      if (auto err = step(st)) return err;
+    }
+    // Phase 1: my slice of this round, across every rank's input.
+    auto [lo, hi] = slice_of(count, rank_, world_size_);
+    if (auto err = start_reading(st)) return err;
+    reduce_range(st, start, first + lo, hi - lo, in.type(), opts.op,
+                 bytes_of(out) + start + lo * es);
+    stop_reading();
+    if (!direct_)
+      std::memcpy(seg_.area(rank_, 1) + lo * es,
+                  bytes_of(out) + start + lo * es, (hi - lo) * es);
+    if (auto err = step(st)) return err;
+    // Phase 2: every other slice from the rank that reduced it.
+    if (auto err = start_reading(st)) return err;
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank_) continue;
+      auto [rlo, rhi] = slice_of(count, r, world_size_);
+      const std::byte* from =
+        direct_ ? reinterpret_cast<const std::byte*>(
+                    seg_.control(r).notice[st.parity()].out_addr) +
+                    start + rlo * es
+                : seg_.area(r, 1) + rlo * es;
+      std::memcpy(bytes_of(out) + start + rlo * es, from, (rhi - rlo) * es);
+    }
+    stop_reading();
+    if (auto err = step(st)) return err;
+  }
+  return {};
+}
+
+caf::error shm_backend::reduce(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const reduce_options& opts) {
+  return reduce_common(
+    call, op_kind::reduce, in, out, opts.op, opts.root,
+    key_of(op_kind::reduce, in.type(), in.numel(), opts.root, opts.op));
+}
+
+caf::error shm_backend::reduce_scatter(const op_call& call,
+                                       const tensor_view& in,
+                                       const tensor_view& out,
+                                       const reduce_scatter_options& opts) {
+  return reduce_common(
+    call, op_kind::reduce_scatter, in, out, opts.op, -1,
+    key_of(op_kind::reduce_scatter, in.type(), in.numel(), -1, opts.op));
+}
+
+// reduce: the root reduces everything; reduce_scatter: rank r reduces
+// block r. Either way each rank reads what it reduces straight from the
+// sources: one pass, no second phase.
+caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
+                                      const tensor_view& in,
+                                      const tensor_view& out, reduce_op op,
+                                      int root, uint64_t key) {
+  op_state st{kind, &call, clock::now() + call.timeout};
+  auto n = in.numel();
+  if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key)))
+    return err;
+  auto es = size_of(in.type());
+  // The elements this rank reduces.
+  size_t want_first = 0;
+  size_t want_count = 0;
+  if (kind == op_kind::reduce) {
+    if (rank_ == root) want_count = n;
+  } else {
+    want_count = out.numel();
+    want_first = size_t(rank_) * want_count;
+  }
+  auto chunk_elems = direct_ ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
+  auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
+  for (size_t c = 0; c < rounds; ++c) {
+    auto first = c * chunk_elems;
+    auto count = std::min(chunk_elems, n - std::min(n, first));
+    if (!direct_) {
+      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + first * es, count * es);
+      if (auto err = step(st)) return err;
+    }
+    auto lo = std::max(first, want_first);
+    auto hi = std::min(first + count, want_first + want_count);
+    if (lo < hi) {
+      if (auto err = start_reading(st)) return err;
+      reduce_range(st, first * es, lo, hi - lo, in.type(), op,
+                   bytes_of(out) + (lo - want_first) * es);
+      stop_reading();
+    }
+    if (auto err = step(st)) return err;
+  }
+  return {};
+}
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,146 @@
+// shm backend: forming a group. Every rank publishes its host identity; if
+// all ranks are on one host, rank 0 creates the segment and publishes its
+// name, the others attach, and the name is removed once every rank mapped
+// it, so a killed process leaves nothing in /dev/shm.
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "backends/shm/shm_backend.hpp"
+
+namespace caf_collective::detail::shm {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// Per rank: the input chunk area and the reduced-slice area (staged mode),
+// and one mailbox per peer. tmpfs backs only the pages that are touched.
+constexpr size_t area_bytes_small_groups = size_t{4} << 20;
+constexpr size_t area_bytes_large_groups = size_t{1} << 20;
+constexpr size_t mailbox_bytes_small_groups = size_t{256} << 10;
+constexpr size_t mailbox_bytes_large_groups = size_t{64} << 10;
+
+std::vector<char> bytes_of(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+std::string text_of(const std::vector<char>& bytes) {
+  return {bytes.begin(), bytes.end()};
+}
+
+std::chrono::milliseconds left(clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds{0},
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - clock::now()));
+}
+
+caf::error formation_error(const group_config& cfg, errc code,
+                           std::string detail) {
+  error_context where;
+  where.group = cfg.name;
+  where.rank = cfg.rank;
+  where.world_size = cfg.world_size;
+  return make_error(code, where, "forming the shm group failed: " + detail);
+}
+
+} // namespace
+
+std::string host_identity() {
+  std::string boot_id;
+  std::ifstream in{"/proc/sys/kernel/random/boot_id"};
+  std::getline(in, boot_id);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  // The boot id tells apart machines (and containers of other kernels) that
+  // share a hostname; the hostname tells apart containers of one kernel.
+  return boot_id + "/" + host;
+}
+
+shm_backend::shm_backend(const group_config& cfg, segment seg)
+  : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
+    seg_(std::move(seg)), pids_(size_t(cfg.world_size), 0),
+    pidfds_(size_t(cfg.world_size), -1), acc_(16 * 2048), tmp_(16 * 2048),
+    sources_(size_t(cfg.world_size)) {
+  seg_.control(rank_).pid = static_cast<int32_t>(getpid());
+}
+
+shm_backend::~shm_backend() {
+  // Peers are never waiting for this rank once the group is done with its
+  // ops: nothing to tell them. A broken group was aborted already.
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+}
+
+bool shm_backend::supports(op_kind, device_kind kind, dtype) const noexcept {
+  return kind == device_kind::cpu;
+}
+
+caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
+  auto deadline = clock::now() + cfg.timeout;
+  if (cfg.world_size > max_world_size)
+    return formation_error(cfg, errc::invalid_argument,
+                           "world size " + std::to_string(cfg.world_size) +
+                             " exceeds shm's limit of " +
+                             std::to_string(max_world_size));
+  auto store = make_prefix_store("shm/" + cfg.name, cfg.store);
+  auto me = host_identity();
+  if (auto err = store->set("host/" + std::to_string(cfg.rank), bytes_of(me)))
+    return err;
+  std::vector<int> elsewhere;
+  std::string other_host;
+  for (int r = 0; r < cfg.world_size; ++r) {
+    auto host = store->get("host/" + std::to_string(r), left(deadline));
+    if (!host)
+      return formation_error(cfg, errc::timeout,
+                             "rank " + std::to_string(r) +
+                               " did not join within " +
+                               std::to_string(cfg.timeout.count()) + " ms (" +
+                               render(host.error()) + ")");
+    if (text_of(*host) != me) {
+      elsewhere.push_back(r);
+      other_host = text_of(*host);
+    }
+  }
+  if (!elsewhere.empty()) {
+    std::string ranks;
+    for (auto r : elsewhere)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    return formation_error(cfg, errc::invalid_argument,
+                           "backend shm needs every rank on one host, but "
+                           "ranks [" +
+                             ranks + "] run on '" + other_host +
+                             "' and this rank on '" + me +
+                             "' (use gloo, or auto)");
+  }
+  auto small = cfg.world_size <= 8;
+  std::string name;
+  if (cfg.rank == 0) {
+    name = fresh_segment_name(cfg.name);
+  } else {
+    auto published = store->get("segment", left(deadline));
+    if (!published)
+      return formation_error(cfg, errc::timeout,
+                             "rank 0 did not publish the segment within " +
+                               std::to_string(cfg.timeout.count()) + " ms");
+    name = text_of(*published);
+  }
+  auto seg = cfg.rank == 0 ? segment::create(name, cfg.world_size,
+                                             small ? area_bytes_small_groups
+                                                   : area_bytes_large_groups,
+                                             small ? mailbox_bytes_small_groups
+                                                   : mailbox_bytes_large_groups)
+                           : segment::attach(name);
+  if (!seg)
+    return formation_error(cfg, errc::backend_error, render(seg.error()));
+  if (cfg.rank == 0)
+    if (auto err = store->set("segment", bytes_of(name))) return err;
+  auto result = std::make_unique<shm_backend>(cfg, std::move(*seg));
+  if (auto err = result->finish_formation(deadline))
+    return formation_error(cfg, code_of(err), render(err));
+  return backend_ptr{std::move(result)};
+}
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,80 @@
+// shm backend: send and recv through one mailbox per ordered pair of ranks.
+//
+// A message moves in chunks of the mailbox's size. The sender waits until
+// the mailbox is empty (taken == posted), writes a chunk with the message's
+// tag and total size, and bumps `posted`; the receiver waits for it, checks
+// tag and size, copies the chunk out and bumps `taken`. Messages of one
+// pair arrive in the order they were sent, as on Gloo. A recv whose tag or
+// size differs from the next message fails with `mismatch` and leaves the
+// message for a matching recv.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/shm/shm_backend.hpp"
+
+namespace caf_collective::detail::shm {
+
+caf::error shm_backend::send(const op_call& call, const tensor_view& in,
+                             const send_options& opts) {
+  auto deadline = clock::now() + call.timeout;
+  auto& box = seg_.mailbox(rank_, opts.peer);
+  auto* data = seg_.mailbox_data(rank_, opts.peer);
+  auto capacity = seg_.mailbox_bytes();
+  auto total = in.nbytes();
+  auto chunks = std::max<size_t>(1, (total + capacity - 1) / capacity);
+  auto peer_only = [&] { return std::vector<int>{opts.peer}; };
+  for (size_t c = 0; c < chunks; ++c) {
+    auto empty = [&] {
+      return box.taken.load(std::memory_order_acquire) ==
+             box.posted.load(std::memory_order_relaxed);
+    };
+    if (auto err = wait_until(empty, peer_only, op_kind::send, &call, deadline))
+      return err;
+    auto offset = c * capacity;
+    auto bytes = std::min(capacity, total - offset);
+    if (bytes > 0)
+      std::memcpy(data, static_cast<const std::byte*>(in.data()) + offset,
+                  bytes);
+    box.tag = opts.tag;
+    box.total_bytes = total;
+    box.posted.fetch_add(1, std::memory_order_release);
+    ring();
+  }
+  return {};
+}
+
+caf::error shm_backend::recv(const op_call& call, const tensor_view& out,
+                             const recv_options& opts) {
+  auto deadline = clock::now() + call.timeout;
+  auto& box = seg_.mailbox(opts.peer, rank_);
+  const auto* data = seg_.mailbox_data(opts.peer, rank_);
+  auto capacity = seg_.mailbox_bytes();
+  auto total = out.nbytes();
+  auto chunks = std::max<size_t>(1, (total + capacity - 1) / capacity);
+  auto peer_only = [&] { return std::vector<int>{opts.peer}; };
+  for (size_t c = 0; c < chunks; ++c) {
+    auto full = [&] {
+      return box.posted.load(std::memory_order_acquire) >
+             box.taken.load(std::memory_order_relaxed);
+    };
+    if (auto err = wait_until(full, peer_only, op_kind::recv, &call, deadline))
+      return err;
+    if (c == 0 && (box.tag != opts.tag || box.total_bytes != total))
+      return make_error(errc::mismatch, context(op_kind::recv, &call),
+                        "rank " + std::to_string(opts.peer) + " sent " +
+                          std::to_string(box.total_bytes) + " bytes with tag " +
+                          std::to_string(box.tag) + "; this recv expects " +
+                          std::to_string(total) + " bytes with tag " +
+                          std::to_string(opts.tag) +
+                          " (the message stays for a matching recv)");
+    auto offset = c * capacity;
+    auto bytes = std::min(capacity, total - offset);
+    if (bytes > 0)
+      std::memcpy(static_cast<std::byte*>(out.data()) + offset, data, bytes);
+    box.taken.fetch_add(1, std::memory_order_release);
+    ring();
+  }
+  return {};
+}
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,284 @@
+// shm backend: sync steps, waiting, agreement, abort and failure detection.
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <map>
+#include <thread>
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backends/shm/shm_backend.hpp"
+
+namespace caf_collective::detail::shm {
+
+namespace {
+
+// Iterations of the spin before a waiter sleeps: long enough for a peer on
+// another core to answer a small op, short enough that 8 ranks on 2 cores
+// do not burn their time slices (measured in docs/benchmarks.md).
+constexpr int spin_iterations = 2000;
+
+// A sleeping waiter wakes at least this often to check the deadline, the
+// abort mark and whether its peers are alive.
+constexpr auto sleep_slice = std::chrono::milliseconds{20};
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value,
+           const timespec* timeout) noexcept {
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value,
+                 timeout, nullptr, 0);
+}
+
+// "allreduce (sum) of 4 float32", "broadcast of 8 int32 from root 1".
+std::string describe(const op_notice& n) {
+  auto op = static_cast<op_kind>(n.op);
+  auto type = static_cast<dtype>(n.type);
+  std::string result{is_valid(op) ? to_string(op) : "an unknown op"};
+  if (op == op_kind::allreduce || op == op_kind::reduce ||
+      op == op_kind::reduce_scatter)
+    result +=
+      " (" + std::string{to_string(static_cast<reduce_op>(n.reduce))} + ")";
+  result +=
+    " of " + std::to_string(n.count) + " " + std::string{to_string(type)};
+  if (op == op_kind::broadcast || op == op_kind::reduce ||
+      op == op_kind::gather || op == op_kind::scatter)
+    result += " with root " + std::to_string(n.root);
+  return result;
+}
+
+// A pidfd turns readable when its process ends, zombie or not; without one
+// (kernels before 5.3) a reaped process is gone from kill's view.
+bool process_gone(int32_t pid, int pidfd) noexcept {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+} // namespace
+
+error_context shm_backend::context(op_kind op,
+                                   const op_call* call) const noexcept {
+  if (call == nullptr) { // formation: no op
+    error_context where;
+    where.group = group_name_;
+    where.rank = rank_;
+    where.world_size = world_size_;
+    return where;
+  }
+  return {group_name_, op, static_cast<int64_t>(call->seq), rank_, world_size_};
+}
+
+void shm_backend::ring() noexcept {
+  auto& h = seg_.header();
+  h.bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h.sleepers.load(std::memory_order_seq_cst) > 0)
+    futex(&h.bell, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
+                                       const std::vector<int>& waiting_for) {
+  if (aborted_.load(std::memory_order_acquire))
+    return make_error(errc::aborted, context(op, call),
+                      "backend aborted: " + abort_reason_);
+  std::vector<int> dead;
+  for (int r : waiting_for)
+    if (pids_[size_t(r)] > 0 && pids_[size_t(r)] != pids_[size_t(rank_)] &&
+        process_gone(pids_[size_t(r)], pidfds_[size_t(r)]))
+      dead.push_back(r);
+  if (!dead.empty())
+    return make_error(
+      errc::peer_lost, context(op, call),
+      (dead.size() == 1 ? "the process of rank " + std::to_string(dead[0])
+                        : "the processes of ranks " + list_ranks(dead)) +
+        " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
+  // After the dead-process check: a survivor that saw a death first and
+  // aborted its group must not hide which rank died.
+  auto by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  while (by == -2) { // a peer is writing why it aborts: a few instructions
+    std::this_thread::yield();
+    by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  }
+  if (by < 0 || by == rank_) return {};
+  auto code = static_cast<errc>(seg_.header().abort_code.load());
+  if (code == errc::timeout && !waiting_for.empty())
+    // It gave up on the same ranks this rank waits for: the same timeout.
+    return make_error(errc::timeout, context(op, call),
+                      "ranks " + list_ranks(waiting_for) +
+                        " did not arrive; rank " + std::to_string(by) +
+                        " timed out waiting for them and left the group");
+  return make_error(errc::peer_lost, context(op, call),
+                    "rank " + std::to_string(by) + " left the group (" +
+                      std::string{to_string(code)} + ")");
+}
+
+caf::error
+shm_backend::wait_until(const std::function<bool()>& ready,
+                        const std::function<std::vector<int>()>& laggards,
+                        op_kind op, const op_call* call,
+                        clock::time_point deadline) {
+  for (int i = 0; i < spin_iterations; ++i) {
+    if (ready()) return {};
+    cpu_relax();
+    if (i % 64 == 63) std::this_thread::yield();
+  }
+  auto& h = seg_.header();
+  for (;;) {
+    auto bell = h.bell.load(std::memory_order_seq_cst);
+    if (ready()) return {};
+    if (auto err = failure_if_any(op, call, laggards())) {
+      failed_code_.store(code_of(err));
+      return err;
+    }
+    auto now = clock::now();
+    if (now >= deadline) {
+      auto missing = laggards();
+      failed_code_.store(errc::timeout);
+      return make_error(
+        errc::timeout, context(op, call),
+        "not finished within " +
+          std::to_string(call ? call->timeout.count() : 0) + " ms: ranks " +
+          list_ranks(missing) +
+          " did not arrive (they did not call this operation, are too slow "
+          "or stopped)");
+    }
+    auto slice = std::min<clock::duration>(deadline - now, sleep_slice);
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice);
+    timespec ts{static_cast<time_t>(ns.count() / 1000000000),
+                static_cast<long>(ns.count() % 1000000000)};
+    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
+    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+caf::error shm_backend::step(op_state& st) {
+  auto target = ++epoch_;
+  seg_.control(rank_).epoch.store(target, std::memory_order_release);
+  ring();
+  auto ready = [this, target] {
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
+        return false;
+    return true;
+  };
+  auto laggards = [this, target] {
+    std::vector<int> result;
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
+        result.push_back(r);
+    return result;
+  };
+  return wait_until(ready, laggards, st.op, st.call, st.deadline);
+}
+
+caf::error shm_backend::begin(op_state& st, op_notice notice,
+                              std::span<const uint64_t> counts) {
+  st.first_epoch = epoch_ + 1;
+  auto parity = st.parity();
+  seg_.control(rank_).notice[parity] = notice;
+  if (!counts.empty())
+    std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
+  if (auto err = step(st)) return err;
+  // Every rank published before stepping; nobody overwrites this parity
+  // before every rank passed this op's last step.
+  std::map<uint64_t, std::vector<int>> keys;
+  for (int r = 0; r < world_size_; ++r)
+    keys[seg_.control(r).notice[parity].key].push_back(r);
+  if (keys.size() == 1) return {};
+  std::string detail = "ranks disagree on the operation's arguments:";
+  for (const auto& [key, ranks] : keys)
+    detail += " ranks " + list_ranks(ranks) + " called " +
+              describe(seg_.control(ranks[0]).notice[parity]) + ";";
+  detail.pop_back();
+  return make_error(errc::mismatch, context(st.op, st.call), detail);
+}
+
+caf::error shm_backend::start_reading(const op_state& st) {
+  if (!direct_) return {};
+  auto& mine = seg_.control(rank_).reading;
+  mine.store(1, std::memory_order_seq_cst);
+  // Paired with abort(): either the aborting rank sees our mark and waits,
+  // or we see its abort and read nothing.
+  if (auto err = failure_if_any(st.op, st.call, {})) {
+    mine.store(0, std::memory_order_release);
+    return err;
+  }
+  return {};
+}
+
+void shm_backend::stop_reading() noexcept {
+  if (direct_) seg_.control(rank_).reading.store(0, std::memory_order_release);
+}
+
+void shm_backend::abort(std::string_view why) {
+  if (aborted_.load()) return;
+  abort_reason_ = std::string{why};
+  aborted_.store(true, std::memory_order_release);
+  // The first rank to abort breaks the group for its peers too: they fail
+  // at once instead of reading buffers its caller is about to free. It
+  // tells them why: after its own timeout they report the same timeout.
+  auto& h = seg_.header();
+  int32_t none = -1;
+  if (h.aborted_by.compare_exchange_strong(none, -2,
+                                           std::memory_order_seq_cst)) {
+    h.abort_code.store(static_cast<uint32_t>(failed_code_.load()));
+    h.aborted_by.store(rank_, std::memory_order_seq_cst);
+  }
+  ring();
+  // Direct mode: a peer may be copying out of our buffers right now. Our
+  // caller frees them once we return, so wait until no peer reads (a copy
+  // takes far less than this bound even for gigabytes).
+  if (!direct_) return;
+  auto until = clock::now() + std::chrono::seconds{5};
+  for (int r = 0; r < world_size_; ++r)
+    while (r != rank_ &&
+           seg_.control(r).reading.load(std::memory_order_seq_cst) != 0 &&
+           clock::now() < until)
+      std::this_thread::yield();
+}
+
+caf::error shm_backend::finish_formation(clock::time_point deadline) {
+  auto& h = seg_.header();
+  h.attached.fetch_add(1, std::memory_order_acq_rel);
+  ring();
+  auto ready = [&] {
+    return h.attached.load(std::memory_order_acquire) >=
+           static_cast<uint32_t>(world_size_);
+  };
+  auto laggards = [&] {
+    std::vector<int> result;
+    for (int r = 0; r < world_size_; ++r)
+      if (seg_.control(r).pid == 0) result.push_back(r);
+    return result;
+  };
+  if (auto err =
+        wait_until(ready, laggards, op_kind::barrier, nullptr, deadline)) {
+    seg_.unlink();
+    return err;
+  }
+  for (int r = 0; r < world_size_; ++r) {
+    pids_[size_t(r)] = seg_.control(r).pid;
+    if (pids_[size_t(r)] != pids_[size_t(rank_)])
+      pidfds_[size_t(r)] =
+        static_cast<int>(syscall(SYS_pidfd_open, pids_[size_t(r)], 0));
+  }
+  direct_ = std::all_of(pids_.begin(), pids_.end(),
+                        [&](int32_t pid) { return pid == pids_[0]; });
+  // Every rank has the segment mapped: a killed process leaves nothing.
+  seg_.unlink();
+  return {};
+}
+
+} // namespace caf_collective::detail::shm

@@ -1,0 +1,70 @@
+#include "runtime/backend_factory.hpp"
+
+#include "caf_collective/error.hpp"
+#include "backends/shm/shm_backend.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+// "auto": shm when every rank runs on this host, gloo otherwise. Every rank
+// publishes its host identity and reads all of them, so all decide alike.
+// A group formed by a member does not know its tensors yet: the actor layer
+// picks nccl for CUDA tensors itself.
+caf::expected<backend_ptr> make_auto_backend(const group_config& cfg) {
+  auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
+  auto store = make_prefix_store("auto/" + cfg.name, cfg.store);
+  auto me = shm::host_identity();
+  if (auto err = store->set("host/" + std::to_string(cfg.rank),
+                            std::vector<char>(me.begin(), me.end())))
+    return err;
+  bool one_host = cfg.world_size <= shm::max_world_size;
+  for (int r = 0; r < cfg.world_size; ++r) {
+    auto left = std::chrono::duration_cast<milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    auto host =
+      store->get("host/" + std::to_string(r), std::max(left, milliseconds{0}));
+    if (!host) {
+      error_context where;
+      where.group = cfg.name;
+      where.rank = cfg.rank;
+      where.world_size = cfg.world_size;
+      return make_error(errc::timeout, where,
+                        "forming the group failed: rank " + std::to_string(r) +
+                          " did not join within " +
+                          std::to_string(cfg.timeout.count()) + " ms");
+    }
+    one_host = one_host && std::string(host->begin(), host->end()) == me;
+  }
+  auto chosen = cfg;
+  chosen.backend = one_host ? "shm" : "gloo";
+  chosen.timeout =
+    std::max(milliseconds{1}, std::chrono::duration_cast<milliseconds>(
+                                deadline - std::chrono::steady_clock::now()));
+  return one_host ? shm::make_shm_backend(chosen) : make_gloo_backend(chosen);
+}
+
+} // namespace
+
+caf::expected<backend_ptr> make_backend(const group_config& cfg,
+                                        const std::atomic<bool>* cancel) {
+  if (cfg.backend == "gloo") return make_gloo_backend(cfg);
+  if (cfg.backend == "shm") return shm::make_shm_backend(cfg);
+  if (cfg.backend == "auto") return make_auto_backend(cfg);
+  if (cfg.backend == "nccl") {
+#if CAF_COLLECTIVE_HAVE_NCCL
+    return make_nccl_backend(cfg, cancel);
+#else
+    static_cast<void>(cancel);
+    return make_error(errc::unsupported,
+                      "group '" + cfg.name +
+                        "': backend nccl is not built in (configure with "
+                        "the CUDA toolkit and NCCL present)");
+#endif
+  }
+  return make_error(errc::invalid_argument,
+                    "group '" + cfg.name + "': unknown backend '" +
+                      cfg.backend + "' (expected gloo, shm, nccl or auto)");
+}
+
+} // namespace caf_collective::detail

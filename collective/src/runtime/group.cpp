@@ -1,0 +1,434 @@
+#include "caf_collective/group.hpp"
+
+#include <caf/expected.hpp>
+
+#include "runtime/backend_factory.hpp"
+#include "runtime/lane.hpp"
+#include "vocabulary/log.hpp"
+#include "runtime/validate.hpp"
+#include "runtime/work_state.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+// Errors after which the data plane is in an unknown state: messages may
+// be half sent, peers may be waiting. Argument errors leave it intact.
+bool breaks_group(const caf::error& err) {
+  switch (code_of(err)) {
+    case errc::timeout:
+    case errc::peer_lost:
+    case errc::backend_error:
+    case errc::aborted: return true;
+    default: return !is_collective_error(err);
+  }
+}
+
+} // namespace
+
+group::group(group_config cfg) : cfg_(std::move(cfg)) {
+  lane_ =
+    std::make_unique<detail::lane>(cfg_.name + "." + std::to_string(cfg_.rank));
+  send_lane_ = std::make_unique<detail::lane>(cfg_.name + ".s" +
+                                              std::to_string(cfg_.rank));
+}
+
+group::~group() {
+  {
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    // A broken group's peers may be gone: tell the backend not to wait for
+    // them while it shuts down.
+    if (backend_ && broken()) backend_->abort("destroying a broken group");
+    backend_.reset();
+  }
+  send_lane_.reset();
+  lane_.reset();
+}
+
+caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
+                                                  work* formed) {
+  if (auto err = detail::validate_config(cfg)) return err;
+  std::shared_ptr<group> self{new group(std::move(cfg))};
+  auto state = std::make_shared<detail::work_state>(0);
+  self->lane_->post([self, state] {
+    // group::abort sets broken_: a formation in progress then ends within
+    // about 50 ms with aborted instead of at its deadline.
+    auto created = detail::make_backend(self->cfg_, &self->broken_);
+    if (!created) {
+      self->break_with(created.error());
+      state->complete(created.error());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> guard{self->backend_mtx_};
+      self->backend_ = std::move(*created);
+      self->backend_in_use_ = std::string{self->backend_->name()};
+    }
+    static auto& log = detail::logger_for("group");
+    log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
+              self->cfg_.rank, self->cfg_.world_size, self->backend_->name());
+    state->complete({});
+  });
+  self->formed_ = work{state};
+  if (formed != nullptr) *formed = self->formed_;
+  return self;
+}
+
+caf::expected<std::shared_ptr<group>> group::create(group_config cfg) {
+  work formed;
+  auto result = make(std::move(cfg), &formed);
+  if (!result) return result;
+  if (auto err = formed.wait()) return err;
+  return result;
+}
+
+std::string group::backend_in_use() const {
+  std::lock_guard<std::mutex> guard{backend_mtx_};
+  return backend_in_use_;
+}
+
+caf::error group::broken_reason() const {
+  std::lock_guard<std::mutex> guard{broken_mtx_};
+  return broken_reason_;
+}
+
+void group::break_with(const caf::error& err) {
+  std::lock_guard<std::mutex> guard{broken_mtx_};
+  if (!broken_reason_) {
+    broken_reason_ = err;
+    static auto& log = detail::logger_for("group");
+    // A deliberate abort (peer lost, group destroyed) is expected: info.
+    auto level =
+      code_of(err) == errc::aborted ? spdlog::level::info : spdlog::level::warn;
+    log.log(level, "group '{}' rank {}/{} is broken: {}", cfg_.name, cfg_.rank,
+            cfg_.world_size, render(err));
+  }
+  broken_ = true;
+}
+
+void group::log_recent_ops(const caf::error& err) const {
+  static auto& log = detail::logger_for("group");
+  log.warn("group '{}' rank {}/{}: {}\nrecent operations of this rank, oldest "
+           "first:\n{}",
+           cfg_.name, cfg_.rank, cfg_.world_size, render(err),
+           describe(history_.snapshot()));
+}
+
+void group::abort(std::string why) {
+  // The group's own reason names no op: several may be pending.
+  error_context where;
+  where.group = cfg_.name;
+  where.rank = cfg_.rank;
+  where.world_size = cfg_.world_size;
+  break_with(make_error(errc::aborted, where, "group aborted: " + why));
+  {
+    // The backend stops touching the operations' buffers before we tell
+    // their owners that the operations are over.
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    if (backend_) backend_->abort(why);
+  }
+  std::deque<pending_op> pending;
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    pending.swap(pending_);
+  }
+  // Each pending op fails naming itself, and its history record says so.
+  for (auto& entry : pending) {
+    auto state = entry.state.lock();
+    if (!state || state->done()) continue;
+    auto err = make_error(errc::aborted,
+                          context(entry.op, static_cast<int64_t>(state->seq())),
+                          "group aborted: " + why);
+    history_.finished(state->seq(), entry.p2p, err);
+    state->complete(std::move(err));
+  }
+}
+
+void group::track_pending(const std::shared_ptr<detail::work_state>& state,
+                          op_kind op, bool p2p) {
+  // Called with submit_mtx_ held. Forget finished operations at the front
+  // so the list stays as long as the operations in flight.
+  while (!pending_.empty()) {
+    auto front = pending_.front().state.lock();
+    if (front && !front->done()) break;
+    pending_.pop_front();
+  }
+  pending_.push_back({state, op, p2p});
+}
+
+void group::drain() {
+  auto marker = [](detail::lane& target) {
+    auto state = std::make_shared<detail::work_state>(0);
+    target.post([state] { state->complete({}); });
+    return work{state};
+  };
+  auto main_done = marker(*lane_);
+  auto sends_done = marker(*send_lane_);
+  main_done.wait();
+  sends_done.wait();
+}
+
+void group::close() {
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    if (closed_.exchange(true)) return;
+  }
+  drain();
+  backend_ptr victim;
+  {
+    std::lock_guard<std::mutex> guard{backend_mtx_};
+    if (backend_ && broken()) backend_->abort("destroying a broken group");
+    victim = std::move(backend_);
+  }
+  // Nothing runs on the lanes any more: shut the backend down here.
+  victim.reset();
+}
+
+error_context group::context(op_kind op, int64_t seq) const noexcept {
+  return {cfg_.name, op, seq, cfg_.rank, cfg_.world_size};
+}
+
+template<class Fn>
+work group::submit(op_kind op, caf::error validation, Fn body,
+                   detail::lane& target) {
+  if (!validation && (body.timeout.count() < 0 || body.timeout > max_timeout))
+    validation = make_error(errc::invalid_argument, context(op, -1),
+                            "timeout " + std::to_string(body.timeout.count()) +
+                              " ms is outside [0, " +
+                              std::to_string(max_timeout.count()) + "] ms");
+  if (validation) return work::completed(0, std::move(validation));
+  std::shared_ptr<detail::work_state> state;
+  detail::lane::task task;
+  bool run_here = false;
+  {
+    // Sequence numbers follow lane order, so both are taken together.
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    if (closed_)
+      return work::completed(
+        0, make_error(errc::aborted, context(op, -1),
+                      "the group was destroyed; this handle runs nothing "
+                      "more (initialize the group again)"));
+    bool p2p = op == op_kind::send || op == op_kind::recv;
+    state =
+      std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
+    track_pending(state, op, p2p);
+    history_.queued(state->seq(), p2p, op, body.bytes);
+    task = [self = shared_from_this(), state, op, p2p,
+            body = std::move(body)]() mutable {
+      auto seq = static_cast<int64_t>(state->seq());
+      caf::error err;
+      // The send lane may run before formation finished on the main lane.
+      self->formed_.wait();
+      self->history_.started(state->seq(), p2p);
+      if (self->broken()) {
+        err = make_error(errc::aborted, self->context(op, seq),
+                         "group is broken by an earlier failure: " +
+                           render(self->broken_reason()));
+      } else if (op != op_kind::barrier &&
+                 !self->backend_->supports(op, body.dev.kind, body.type)) {
+        err = make_error(errc::unsupported, self->context(op, seq),
+                         "backend " + std::string{self->backend_->name()} +
+                           " cannot run " + std::string{to_string(op)} +
+                           " on " + std::string{to_string(body.type)} +
+                           " tensors on " + to_string(body.dev));
+      } else {
+        op_call call{state->seq(), self->cfg_.timeout};
+        if (body.timeout.count() > 0) call.timeout = body.timeout;
+        err = body(*self->backend_, call);
+        if (err && code_of(err) == errc::timeout) self->log_recent_ops(err);
+        if (err && breaks_group(err)) self->break_with(err);
+      }
+      self->history_.finished(state->seq(), p2p, err);
+      state->complete(std::move(err));
+    };
+    // A blocking caller waits for the result anyway: when the lane is idle
+    // it runs the operation itself, in order, saving two thread hand-offs.
+    run_here = detail::run_inline_scope::active() && target.try_claim();
+    if (!run_here) target.post(std::move(task));
+  }
+  if (run_here) {
+    task();
+    task = nullptr;
+    target.release();
+  }
+  return work{state};
+}
+
+namespace {
+
+// What submit needs besides the call itself: the device and dtype for the
+// capability query and the per-op timeout.
+template<class Fn>
+struct op_body {
+  caf_collective::device dev;
+  dtype type;
+  size_t bytes; // for the op history
+  milliseconds timeout;
+  Fn fn;
+
+  caf::error operator()(backend& be, const op_call& call) {
+    return fn(be, call);
+  }
+};
+
+template<class Fn>
+op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
+                      Fn fn) {
+  return {sample.dev(), sample.type(), sample.nbytes(), opts.timeout,
+          std::move(fn)};
+}
+
+} // namespace
+
+#define CAF_COLLECTIVE_SITE(op)                 \
+  detail::call_site {                           \
+    context(op, -1), cfg_.rank, cfg_.world_size \
+  }
+
+work group::send(const tensor_view& in, send_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::send);
+  return submit(op_kind::send, detail::check_send(at, in, opts),
+                make_body(in, opts,
+                          [in, opts](backend& be, const op_call& c) {
+                            return be.send(c, in, opts);
+                          }),
+                *send_lane_);
+}
+
+work group::recv(const tensor_view& out, recv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::recv);
+  return submit(op_kind::recv, detail::check_recv(at, out, opts),
+                make_body(out, opts,
+                          [out, opts](backend& be, const op_call& c) {
+                            return be.recv(c, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::broadcast(const tensor_view& in, const tensor_view& out,
+                      broadcast_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::broadcast);
+  return submit(op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
+                make_body(out, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.broadcast(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::reduce(const tensor_view& in, const tensor_view& out,
+                   reduce_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce);
+  return submit(op_kind::reduce, detail::check_reduce(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.reduce(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::allreduce(const tensor_view& in, const tensor_view& out,
+                      allreduce_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allreduce);
+  return submit(op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allreduce(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::allgather(const tensor_view& in, const tensor_view& out,
+                      allgather_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allgather);
+  return submit(op_kind::allgather, detail::check_allgather(at, in, out),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allgather(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::allgatherv(const tensor_view& in, const tensor_view& out,
+                       allgatherv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::allgatherv);
+  return submit(op_kind::allgatherv,
+                detail::check_allgatherv(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.allgatherv(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::gather(const tensor_view& in, const tensor_view& out,
+                   gather_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::gather);
+  return submit(op_kind::gather, detail::check_gather(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.gather(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::scatter(const tensor_view& in, const tensor_view& out,
+                    scatter_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::scatter);
+  return submit(op_kind::scatter, detail::check_scatter(at, in, out, opts),
+                make_body(out, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.scatter(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
+                           reduce_scatter_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce_scatter);
+  return submit(op_kind::reduce_scatter,
+                detail::check_reduce_scatter(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.reduce_scatter(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::alltoall(const tensor_view& in, const tensor_view& out,
+                     alltoall_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoall);
+  return submit(op_kind::alltoall, detail::check_alltoall(at, in, out),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.alltoall(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::alltoallv(const tensor_view& in, const tensor_view& out,
+                      alltoallv_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoallv);
+  return submit(op_kind::alltoallv, detail::check_alltoallv(at, in, out, opts),
+                make_body(in, opts,
+                          [in, out, opts](backend& be, const op_call& c) {
+                            return be.alltoallv(c, in, out, opts);
+                          }),
+                *lane_);
+}
+
+work group::barrier(barrier_options opts) {
+  auto at = CAF_COLLECTIVE_SITE(op_kind::barrier);
+  // A barrier moves no tensor: ask the capability query about host memory.
+  tensor_view none{nullptr, dtype::uint8, size_t{0}};
+  return submit(op_kind::barrier, detail::check_timeout(at, opts),
+                make_body(none, opts,
+                          [opts](backend& be, const op_call& c) {
+                            return be.barrier(c, opts);
+                          }),
+                *lane_);
+}
+
+#undef CAF_COLLECTIVE_SITE
+
+} // namespace caf_collective
