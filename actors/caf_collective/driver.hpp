@@ -25,7 +25,10 @@ struct driver_config {
 /// see messages.hpp):
 /// - (col_decl, name, std::vector<actor>, backend, timeout ms) -> ok once
 ///   formed; invalid_argument naming the position of a null, repeated,
-///   dead or non-member actor; duplicate_group.
+///   dead or non-member actor, or naming a backend other than gloo, shm,
+///   nccl or auto (the same refuses a registration); duplicate_group;
+///   mismatch when the ranks formed the group on different backends (or
+///   not on the one asked for, unless that was auto).
 /// - (col_wait, name) -> ok once formed, or the formation error;
 ///   unknown_group at once while no member registered and no declaration
 ///   is under way.
@@ -34,7 +37,8 @@ struct driver_config {
 ///   [0, max_timeout_ms]), mismatch, unknown_object, unsupported (refused
 ///   before any data moves and before a sequence number is taken),
 ///   peer_lost, timeout, aborted (the group is broken), unknown_group.
-/// - (col_status, name) -> group_status
+/// - (col_status, name) -> group_status, its `backend` the one every rank
+///   got once formed ("auto" resolved: shm on one host, else gloo)
 /// - (col_destr, name) -> ok: members leave; the name may be declared
 ///   again. unknown_group for a name the driver does not know.
 /// The driver monitors every member from its registration on (members

@@ -35,7 +35,9 @@ using reg_atom = caf::atom_constant<caf::atom("col_reg")>;
 using join_atom = caf::atom_constant<caf::atom("col_join")>;
 /// driver -> member: (init, group, gen, store_actor, key prefix, timeout ms).
 using init_atom = caf::atom_constant<caf::atom("col_init")>;
-/// member -> driver: (ready, group, gen, rank, error); error none = formed.
+/// member -> driver: (ready, group, gen, rank, error, backend); error none =
+/// formed, backend the one the group runs on ("auto" resolved; empty when
+/// the formation failed).
 using ready_atom = caf::atom_constant<caf::atom("col_ready")>;
 /// driver -> member, request: (check, group, gen, ref) -> ok | error.
 using check_atom = caf::atom_constant<caf::atom("col_check")>;
@@ -71,6 +73,15 @@ using history_atom = caf::atom_constant<caf::atom("col_hist")>;
 /// arithmetic of CAF and Gloo overflows into a deadline in the past.
 constexpr int64_t max_timeout_ms = int64_t{24} * 60 * 60 * 1000;
 
+/// The backend groups of the actor layer get unless asked otherwise: shm
+/// when every rank runs on one host, gloo across hosts (resolved by the
+/// ranks at formation).
+constexpr const char* default_backend = "auto";
+
+/// Whether `name` is a backend a group may ask for: "gloo", "shm", "nccl"
+/// or "auto". (Whether nccl is built in is the members' to say.)
+bool is_backend_name(const std::string& name);
+
 // -- messages -----------------------------------------------------------------
 
 /// A member's place in one group, fixed when the member is spawned (or
@@ -79,7 +90,9 @@ struct membership {
   std::string group;
   int32_t rank = -1;
   int32_t world_size = 0;
-  std::string backend = "gloo";
+  /// "auto" (default_backend: shm on one host, else gloo), "gloo", "shm"
+  /// or "nccl".
+  std::string backend = default_backend;
   /// Formation deadline and the default deadline of each op, in
   /// (0, max_timeout_ms].
   int64_t timeout_ms = 30000;
@@ -169,18 +182,21 @@ typename Inspector::result_type inspect(Inspector& f, start_msg& x) {
 /// A group's state as the driver (or one member) sees it. `state` is one of
 /// "forming", "ready", "broken", "failed", "unknown"; `reason` says why a
 /// group is broken or failed (e.g. peer_lost naming the dead rank).
+/// `backend` is the backend the group runs on ("shm", "gloo", "nccl"; what
+/// "auto" resolved to), empty until the group is formed.
 struct group_status {
   std::string group;
   int32_t world_size = 0;
   std::string state;
   caf::error reason;
   uint64_t next_seq = 0;
+  std::string backend;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, group_status& x) {
   return f(caf::meta::type_name("group_status"), x.group, x.world_size, x.state,
-           x.reason, x.next_seq);
+           x.reason, x.next_seq, x.backend);
 }
 
 /// Registers every message type of caf-collective (object_ref included)

@@ -251,7 +251,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         g.state = "failed";
         g.reason = grp.error();
         self->send(st->driver, ready_atom::value, name, gen, g.m.rank,
-                   grp.error());
+                   grp.error(), std::string{});
         return;
       }
       g.grp = std::move(*grp);
@@ -265,8 +265,11 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (!g) return;
       g->state = err ? "failed" : "ready";
       g->reason = err;
+      // The backend the group got ("auto" resolved): the driver checks that
+      // every rank got the same one.
+      auto backend = !err && g->grp ? g->grp->backend_in_use() : std::string{};
       self->send(st->driver, ready_atom::value, name, gen, g->m.rank,
-                 std::move(err));
+                 std::move(err), std::move(backend));
     },
     [=](check_atom, const std::string& name, uint64_t gen,
         const object_ref& ref) -> caf::result<caf::ok_atom> {
@@ -362,6 +365,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       result.world_size = i->second.m.world_size;
       result.state = i->second.state;
       result.reason = i->second.reason;
+      if (i->second.grp) result.backend = i->second.grp->backend_in_use();
       return result;
     },
   };

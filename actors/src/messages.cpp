@@ -27,6 +27,10 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<caf::actor>>("std::vector<caf::actor>");
 }
 
+bool is_backend_name(const std::string& name) {
+  return name == "gloo" || name == "shm" || name == "nccl" || name == "auto";
+}
+
 std::string node_name(caf::actor_system& sys) {
   if (sys.node()) return to_string(sys.node());
   // Without a middleman every system's node id is "invalid-node": number

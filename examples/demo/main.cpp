@@ -26,15 +26,26 @@ caf::behavior worker(caf::event_based_actor*, int32_t rank) {
 
 int run_demo(caf::actor_system& sys) {
   auto driver = col::spawn_driver(sys);
-  // Membership at spawn: 4 workers of group "demo", ranks 0..3, over Gloo.
-  auto workers =
-    col::spawn_group(sys, driver, "demo", 4, "gloo", 10000, worker);
+  // Membership at spawn: 4 workers of group "demo", ranks 0..3, on the
+  // backend "auto" resolves to: shm here (every worker is on this host),
+  // gloo for members spread over hosts.
+  const std::string asked = col::default_backend;
+  auto workers = col::spawn_group(sys, driver, "demo", 4, asked, 10000, worker);
   caf::scoped_actor self{sys};
   int rc = 0;
   if (auto err = col::await_group(self, driver, "demo", 15s)) {
     std::printf("group formation failed: %s\n", col::render(err).c_str());
     rc = 1;
   } else {
+    // The driver's status names the backend every rank formed the group on.
+    auto status = col::status_of(self, driver, "demo", 5s);
+    if (!status) {
+      std::printf("no status: %s\n", col::render(status.error()).c_str());
+      rc = 1;
+    } else {
+      std::printf("group 'demo' formed on %s (asked for %s)\n",
+                  status->backend.c_str(), asked.c_str());
+    }
     auto store = col::local_store(sys);
     auto reports =
       col::demo::run_every_op(self, driver, *store, "demo", 4, 1 << 16, 10s);

@@ -8,7 +8,9 @@
 //     spawns nothing: the test spawns members here (remote spawn of the
 //     member type "test_worker").
 // Either form may end in "heartbeats" to turn on the middleman's
-// heartbeats (the test process then uses them too).
+// heartbeats (the test process then uses them too). The first form may end
+// in "backend=<name>" (before "heartbeats"): the backend its members ask
+// for; default auto (shm, since the test's nodes share this host).
 // Lives until the test's directory actor goes away.
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +72,12 @@ int main(int argc, char** argv) {
   bool heartbeats =
     argc > 1 && std::string{argv[argc - 1]} == node_test::heartbeats_arg;
   if (heartbeats) --argc;
+  std::string backend = col::default_backend;
+  std::string prefix = node_test::backend_arg;
+  if (argc > 1 && std::string{argv[argc - 1]}.rfind(prefix, 0) == 0) {
+    backend = std::string{argv[argc - 1]}.substr(prefix.size());
+    --argc;
+  }
   if (argc == 3 && std::string{argv[2]} == "factory") {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
@@ -91,7 +99,7 @@ int main(int argc, char** argv) {
   if (argc != 8) {
     std::fprintf(stderr,
                  "usage: %s port group world first count timeout_ms "
-                 "delay_ms [heartbeats]\n",
+                 "delay_ms [backend=<name>] [heartbeats]\n",
                  argv[0]);
     return 2;
   }
@@ -127,7 +135,7 @@ int main(int argc, char** argv) {
                });
     if (!driver) return 4;
     for (int32_t rank = first; rank < first + count; ++rank) {
-      col::membership m{group, rank, world, "gloo", timeout_ms, delay_ms};
+      col::membership m{group, rank, world, backend, timeout_ms, delay_ms};
       members.push_back(
         col::spawn_member(sys, driver, {std::move(m)}, node_worker));
       self->send(*dir, caf::put_atom::value, rank, members.back());

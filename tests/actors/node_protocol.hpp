@@ -50,4 +50,8 @@ inline void enable_heartbeats(caf::actor_system_config& cfg) {
 /// The node process's last argument when the test uses heartbeats.
 constexpr const char* heartbeats_arg = "heartbeats";
 
+/// Prefix of the node process's argument naming the backend its members ask
+/// for ("backend=gloo"); without it they ask for the default, auto.
+constexpr const char* backend_arg = "backend=";
+
 } // namespace node_test

@@ -1,4 +1,6 @@
-// Driver-orchestrated collectives over real Gloo groups of member actors.
+// Driver-orchestrated collectives over real groups of member actors. Groups
+// ask for the default backend, "auto", which resolves to shm here (every
+// member is in this process); a test about Gloo asks for "gloo" by name.
 // The reference checks are the demo's (examples/demo/every_op.hpp).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -51,10 +53,11 @@ struct fixture {
     driver = nullptr;
   }
 
-  std::vector<caf::actor> group(const std::string& name, int ws,
-                                int64_t timeout_ms = 10000) {
+  std::vector<caf::actor>
+  group(const std::string& name, int ws, int64_t timeout_ms = 10000,
+        const std::string& backend = col::default_backend) {
     auto xs =
-      col::spawn_group(sys, driver, name, ws, "gloo", timeout_ms, worker);
+      col::spawn_group(sys, driver, name, ws, backend, timeout_ms, worker);
     actors.insert(actors.end(), xs.begin(), xs.end());
     return xs;
   }
@@ -74,9 +77,24 @@ void check_all_ok(const std::vector<col::demo::op_report>& reports, int ws) {
   }
 }
 
+// A membership asking for the default backend (auto).
 col::membership ms(std::string name, int rank, int ws, int64_t timeout_ms,
                    int64_t delay_ms = 0) {
-  return {std::move(name), rank, ws, "gloo", timeout_ms, delay_ms};
+  col::membership m;
+  m.group = std::move(name);
+  m.rank = rank;
+  m.world_size = ws;
+  m.timeout_ms = timeout_ms;
+  m.start_delay_ms = delay_ms;
+  return m;
+}
+
+// The backend the driver says `group` formed on.
+std::string backend_of(caf::scoped_actor& self, const caf::actor& who,
+                       const std::string& group) {
+  auto st = col::status_of(self, who, group, 2s);
+  REQUIRE(st);
+  return st->backend;
 }
 
 std::string text(const caf::error& err) {
@@ -90,19 +108,71 @@ bool contains(const std::string& haystack, const std::string& needle) {
 } // namespace
 
 TEST_CASE("every op through the driver matches the reference for groups of "
-          "1, 2, 3 and 4 members") {
+          "1, 2, 3 and 4 members, on auto (shm here) and on gloo") {
   fixture f;
   caf::scoped_actor self{f.sys};
-  for (int ws = 1; ws <= 4; ++ws) {
-    CAPTURE(ws);
-    auto name = "g" + std::to_string(ws);
-    f.group(name, ws);
-    REQUIRE(!col::await_group(self, f.driver, name, 15s));
-    check_all_ok(
-      col::demo::run_every_op(self, f.driver, *f.store, name, ws, 12 * ws, 10s),
-      ws);
+  for (std::string backend : {"auto", "gloo"}) {
+    for (int ws = 1; ws <= 4; ++ws) {
+      CAPTURE(backend);
+      CAPTURE(ws);
+      auto name = backend + std::to_string(ws);
+      f.group(name, ws, 10000, backend);
+      REQUIRE(!col::await_group(self, f.driver, name, 15s));
+      CHECK(backend_of(self, f.driver, name) ==
+            (backend == "auto" ? "shm" : backend));
+      check_all_ok(col::demo::run_every_op(self, f.driver, *f.store, name, ws,
+                                           12 * ws, 10s),
+                   ws);
+    }
   }
   CHECK(f.store->objects() == 0);
+}
+
+TEST_CASE("a group declared with auto over members in this process forms on "
+          "shm - driver and members say so in their status") {
+  fixture f;
+  std::vector<caf::actor> xs;
+  for (int r = 0; r < 3; ++r)
+    xs.push_back(f.member({}));
+  caf::scoped_actor self{f.sys};
+  CHECK(backend_of(self, f.driver, "decl").empty()); // unknown yet
+  REQUIRE(!col::declare_group(self, f.driver, "decl", xs, "auto", 10s));
+  auto st = col::status_of(self, f.driver, "decl", 2s);
+  REQUIRE(st);
+  CHECK(st->state == "ready");
+  CHECK(st->backend == "shm");
+  for (auto& x : xs)
+    CHECK(backend_of(self, x, "decl") == "shm");
+  // A membership that names no backend gets auto, too.
+  for (int r = 0; r < 2; ++r)
+    f.member({ms("spawned", r, 2, 10000)});
+  REQUIRE(!col::await_group(self, f.driver, "spawned", 15s));
+  CHECK(backend_of(self, f.driver, "spawned") == "shm");
+  // Asked for by name, gloo is what the group gets.
+  REQUIRE(!col::declare_group(self, f.driver, "tcp", xs, "gloo", 10s));
+  CHECK(backend_of(self, f.driver, "tcp") == "gloo");
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}, {5, 6}});
+  for (std::string name : {"decl", "tcp"}) {
+    auto res = col::run_op(
+      self, f.driver,
+      col::op_request{name, col::op_kind::allreduce, refs, col::op_params{}},
+      5s);
+    REQUIRE(res);
+  }
+  CHECK(col::demo::read(*f.store, refs[2]) == col::demo::floats{27, 36});
+}
+
+TEST_CASE("an unknown backend name is refused by the driver at once, naming "
+          "it") {
+  fixture f;
+  auto x = f.member({});
+  caf::scoped_actor self{f.sys};
+  auto err = col::declare_group(self, f.driver, "bad", {x}, "tcp", 5s);
+  REQUIRE(err);
+  INFO(text(err));
+  CHECK(col::code_of(err) == col::errc::invalid_argument);
+  CHECK(contains(text(err), "unknown backend 'tcp'"));
+  CHECK(backend_of(self, f.driver, "bad").empty());
 }
 
 TEST_CASE("two groups over the same actors run concurrently") {
@@ -136,7 +206,7 @@ TEST_CASE("a subgroup declared over existing members runs beside the full "
   REQUIRE(!col::await_group(self, f.driver, "full", 15s));
   // Ranks by list order: member 2 is rank 0 of "sub", member 0 is rank 1.
   REQUIRE(
-    !col::declare_group(self, f.driver, "sub", {xs[2], xs[0]}, "gloo", 10s));
+    !col::declare_group(self, f.driver, "sub", {xs[2], xs[0]}, "auto", 10s));
   check_all_ok(
     col::demo::run_every_op(self, f.driver, *f.store, "sub", 2, 8, 10s), 2);
   check_all_ok(
@@ -147,8 +217,8 @@ TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "
           "long op") {
   fixture f{2};
   std::vector<caf::actor> xs;
-  // Rank 7 holds the op back for 1 s: ranks 0-6 wait in Gloo on their lanes
-  // meanwhile, and must not hold the two scheduler threads.
+  // Rank 7 holds the op back for 1 s: ranks 0-6 wait in the backend on their
+  // lanes meanwhile, and must not hold the two scheduler threads.
   for (int r = 0; r < 8; ++r)
     xs.push_back(f.member({ms("eight", r, 8, 10000, r == 7 ? 1000 : 0)}));
   auto echo =
@@ -215,7 +285,7 @@ TEST_CASE("a member killed mid-op: the client and every survivor get "
   // Destroyed and declared again over the survivors, it works.
   REQUIRE(!col::destroy_group(self, f.driver, "k", 2s));
   REQUIRE(
-    !col::declare_group(self, f.driver, "k", {xs[0], xs[1]}, "gloo", 10s));
+    !col::declare_group(self, f.driver, "k", {xs[0], xs[1]}, "auto", 10s));
   auto again = col::run_op(
     self, f.driver,
     col::op_request{

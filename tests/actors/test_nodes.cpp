@@ -1,7 +1,10 @@
 // Members on other nodes: separate processes with their own actor systems
 // and object stores, joined to this process's driver through CAF's
-// middleman, moving tensors over real Gloo TCP between the processes. A node
-// that dies mid-op turns into peer_lost for the client and the survivors.
+// middleman. Their groups ask for the default backend, auto: the processes
+// share this host, so tensors move through shared memory (shm) between them;
+// one test asks for Gloo (TCP between the processes, as between hosts) by
+// name. A node that dies mid-op turns into peer_lost for the client and the
+// survivors.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -100,6 +103,8 @@ struct fixture {
   std::vector<pid_t> nodes;
   std::vector<caf::actor> members; // by rank
   std::vector<caf::actor> spawned; // spawned by this process on the nodes
+  // The backend the members of the nodes start_node starts ask for.
+  std::string backend = col::default_backend;
 
   explicit fixture(bool with_heartbeats = false)
     : heartbeats(with_heartbeats), sys(prepare(cfg, with_heartbeats)) {
@@ -129,7 +134,8 @@ struct fixture {
                                   std::to_string(spec.first),
                                   std::to_string(spec.count),
                                   std::to_string(timeout_ms),
-                                  std::to_string(spec.delay_ms)};
+                                  std::to_string(spec.delay_ms),
+                                  node_test::backend_arg + backend};
     if (heartbeats) args.emplace_back(node_test::heartbeats_arg);
     std::vector<char*> argv;
     for (auto& a : args)
@@ -224,6 +230,13 @@ struct fixture {
   }
 
   std::string node_of(int32_t rank) { return to_string(members[rank].node()); }
+
+  // The backend the driver says `group` formed on.
+  std::string backend_of(const std::string& group) {
+    auto st = col::status_of(self, driver, group, 10s);
+    REQUIRE(st);
+    return st->backend;
+  }
 };
 
 std::vector<float> iota(int32_t n, float base) {
@@ -243,6 +256,8 @@ TEST_CASE("members on two other nodes run collectives on their own nodes' "
   CHECK(f.node_of(0) == f.node_of(1));
   CHECK(f.node_of(0) != f.node_of(2));
   CHECK(f.node_of(0) != col::node_name(f.sys));
+  // auto: the two processes share this host.
+  CHECK(f.backend_of("nodes") == "shm");
   constexpr int32_t n = 3000; // above the small-message path
   std::vector<col::object_ref> xs;
   for (int32_t r = 0; r < 3; ++r)
@@ -302,6 +317,36 @@ TEST_CASE("members on two other nodes run collectives on their own nodes' "
   }
 }
 
+TEST_CASE("members on two other nodes asking for gloo by name run an "
+          "allreduce and an allgather over TCP between the processes") {
+  fixture f;
+  f.backend = "gloo";
+  f.form("tcp", 3, {{0, 2, 0}, {2, 1, 0}});
+  CHECK(f.backend_of("tcp") == "gloo");
+  constexpr int32_t n = 3000;
+  std::vector<col::object_ref> xs;
+  for (int32_t r = 0; r < 3; ++r)
+    xs.push_back(f.make(r, n, 1000.0f * static_cast<float>(r)));
+  auto gathered = col::run_op(f.self, f.driver,
+                              {"tcp", col::op_kind::allgather, xs, {}}, 20s);
+  REQUIRE(gathered);
+  std::vector<float> all;
+  for (int32_t r = 0; r < 3; ++r) {
+    auto part = iota(n, 1000.0f * static_cast<float>(r));
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  for (int32_t r = 0; r < 3; ++r)
+    CHECK(f.read(r, gathered->refs[r]) == all);
+  auto res = col::run_op(f.self, f.driver,
+                         {"tcp", col::op_kind::allreduce, xs, {}}, 20s);
+  REQUIRE(res);
+  std::vector<float> want(n);
+  for (int32_t i = 0; i < n; ++i)
+    want[i] = 3000.0f + 3.0f * static_cast<float>(i);
+  for (int32_t r = 0; r < 3; ++r)
+    CHECK(f.read(r, xs[r]) == want);
+}
+
 TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
           "the survivors on the other node abort and stay usable") {
   fixture f;
@@ -340,8 +385,9 @@ TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
   f.nodes.pop_back();
   // The driver stays up; the survivors form a new group and run an op.
   REQUIRE(!col::destroy_group(f.self, f.driver, "nodes", 10s));
-  auto declared = col::declare_group(f.self, f.driver, "pair",
-                                     {f.members[0], f.members[1]}, "gloo", 20s);
+  auto declared =
+    col::declare_group(f.self, f.driver, "pair", {f.members[0], f.members[1]},
+                       col::default_backend, 20s);
   INFO(col::render(declared));
   REQUIRE(!declared);
   std::vector<col::object_ref> ys{f.make(0, n, 10.0f), f.make(1, n, 20.0f)};
@@ -364,8 +410,8 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
   std::vector<col::object_ref> xs;
   for (int32_t r = 0; r < 3; ++r)
     xs.push_back(f.make(r, n, static_cast<float>(r)));
-  // A frozen process keeps its sockets open: Gloo alone would wait for the
-  // 20 s deadline.
+  // A frozen process keeps its sockets open and its pid alive: the backend
+  // alone (Gloo or shm) would wait for the 20 s deadline.
   kill(f.nodes[1], SIGSTOP);
   auto t0 = std::chrono::steady_clock::now();
   auto res = col::run_op(f.self, f.driver,
@@ -395,13 +441,15 @@ TEST_CASE("the driver's node spawns members on other nodes (remote spawn, "
   REQUIRE(a != b);
   // A type the node does not know is refused.
   auto unknown = col::spawn_remote_member(
-    f.sys, a, "no_such_type", f.driver, {{"spawned", 0, 3, "gloo", 10000, 0}});
+    f.sys, a, "no_such_type", f.driver,
+    {{"spawned", 0, 3, col::default_backend, 10000, 0}});
   CHECK(!unknown);
   std::vector<caf::node_id> where{a, a, b};
   f.members.resize(3);
   for (int32_t r = 0; r < 3; ++r) {
-    auto m = col::spawn_remote_member(f.sys, where[r], "test_worker", f.driver,
-                                      {{"spawned", r, 3, "gloo", 10000, 0}});
+    auto m = col::spawn_remote_member(
+      f.sys, where[r], "test_worker", f.driver,
+      {{"spawned", r, 3, col::default_backend, 10000, 0}});
     INFO((m ? std::string{"ok"} : col::render(m.error())));
     REQUIRE(m);
     CHECK(m->node() == where[r]);

@@ -238,9 +238,10 @@ struct fixture {
   }
 
   outcome_ptr declare(const std::string& group, std::vector<caf::actor> members,
-                      int64_t timeout_ms = group_timeout_ms) {
+                      int64_t timeout_ms = group_timeout_ms,
+                      std::string backend = "gloo") {
     return ask<caf::ok_atom>(col::declare_atom::value, group,
-                             std::move(members), std::string{"gloo"},
+                             std::move(members), std::move(backend),
                              timeout_ms);
   }
 
@@ -285,10 +286,13 @@ struct fixture {
     return scripts;
   }
 
+  // Rank `rank` reports that it formed `name` on `backend` (ms() asks for
+  // gloo), or that it failed with `err`.
   void ready(const caf::actor& who, const script& sc, const std::string& name,
-             int rank, caf::error err = {}) {
+             int rank, caf::error err = {}, std::string backend = "gloo") {
+    if (err) backend.clear();
     caf::send_as(who, driver, col::ready_atom::value, name, sc.gen,
-                 int32_t{rank}, std::move(err));
+                 int32_t{rank}, std::move(err), std::move(backend));
   }
 
   // Lets a scripted member fail op `seq` of group "g" with `err`.
@@ -363,6 +367,7 @@ TEST_CASE("registration: init goes to every rank only once all registered - "
   CHECK(st.state == "ready");
   CHECK(st.world_size == 2);
   CHECK(st.next_seq == 0);
+  CHECK(st.backend == "gloo");
 }
 
 TEST_CASE("registration: a conflicting world size or a taken rank is "
@@ -1112,4 +1117,124 @@ TEST_CASE("send/recv: the bystanders' refs are not checked - the pair's are") {
   CHECK(has_line(*scripts[0], "start g seq 0 send"));
   CHECK(has_line(*scripts[2], "start g seq 0 send"));
   CHECK(sent->answers == 0);
+}
+
+TEST_CASE("backend: a group declared with auto takes the backend its ranks "
+          "report, and says so in its status only once formed") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto declared = f.declare("d", actors, group_timeout_ms, "auto");
+  f.run();
+  CHECK(has_line(*scripts[0], "join d"));
+  f.ready(actors[0], *scripts[0], "d", 0, {}, "shm");
+  f.run();
+  auto forming = f.status("d");
+  CHECK(forming.state == "forming");
+  CHECK(forming.backend.empty());
+  f.ready(actors[1], *scripts[1], "d", 1, {}, "shm");
+  f.run();
+  REQUIRE(declared->answers == 1);
+  CHECK(!declared->err);
+  auto st = f.status("d");
+  CHECK(st.state == "ready");
+  CHECK(st.backend == "shm");
+  CHECK(f.status("g").backend == "gloo");
+  CHECK(f.status("nowhere").backend.empty());
+}
+
+TEST_CASE("backend: ranks reporting different backends fail the formation "
+          "with mismatch naming each backend's ranks") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  std::vector<script_ptr> scripts;
+  for (int r = 0; r < 3; ++r) {
+    scripts.push_back(std::make_shared<script>());
+    auto m = fixture::ms(r, 3);
+    m.backend = "auto";
+    actors.push_back(f.member(scripts.back(), m));
+  }
+  f.run();
+  auto waiter = f.wait_for("g");
+  f.run();
+  f.ready(actors[0], *scripts[0], "g", 0, {}, "shm");
+  f.ready(actors[2], *scripts[2], "g", 2, {}, "shm");
+  f.run();
+  CHECK(waiter->answers == 0);
+  f.ready(actors[1], *scripts[1], "g", 1, {}, "gloo");
+  f.run();
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::mismatch);
+  auto text = col::render(waiter->err);
+  INFO(text);
+  CHECK(contains(text, "group 'g'"));
+  CHECK(contains(text, "different backends (asked for auto)"));
+  CHECK(contains(text, "ranks [0, 2] on shm"));
+  CHECK(contains(text, "rank 1 on gloo"));
+  for (auto& sc : scripts)
+    CHECK(has_line(*sc, "abort g: collective.mismatch"));
+  auto st = f.status("g");
+  CHECK(st.state == "failed");
+  CHECK(st.backend.empty());
+  CHECK(col::code_of(st.reason) == col::errc::mismatch);
+  // Ops are refused with the formation's error.
+  auto op = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::mismatch);
+}
+
+TEST_CASE("backend: a rank that formed on another backend than the one "
+          "named fails the formation with mismatch") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.registered_group(2, actors); // asks for gloo
+  auto waiter = f.wait_for("g");
+  f.run();
+  f.ready(actors[0], *scripts[0], "g", 0, {}, "shm");
+  f.run();
+  REQUIRE(waiter->answers == 1);
+  CHECK(col::code_of(waiter->err) == col::errc::mismatch);
+  auto text = col::render(waiter->err);
+  INFO(text);
+  CHECK(contains(text, "another backend than asked (gloo)"));
+  CHECK(contains(text, "rank 0 on shm"));
+}
+
+TEST_CASE("backend: gloo, shm, nccl and auto are accepted by name - an "
+          "unknown name is refused with invalid_argument naming it, before "
+          "any member hears of the group") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  for (std::string name : {"gloo", "shm", "nccl", "auto"}) {
+    CAPTURE(name);
+    auto declared = f.declare("d-" + name, actors, group_timeout_ms, name);
+    f.run();
+    CHECK(declared->answers == 0); // joining, not refused
+    CHECK(has_line(*scripts[0], "join d-" + name));
+    CHECK(f.status("d-" + name).state == "forming");
+  }
+  auto bad = f.declare("bad", actors, group_timeout_ms, "tcp");
+  f.run();
+  REQUIRE(bad->answers == 1);
+  CHECK(col::code_of(bad->err) == col::errc::invalid_argument);
+  auto text = col::render(bad->err);
+  INFO(text);
+  CHECK(contains(text, "group 'bad'"));
+  CHECK(contains(text, "unknown backend 'tcp'"));
+  CHECK(contains(text, "gloo, shm, nccl or auto"));
+  CHECK(!has_line(*scripts[0], "join bad"));
+  CHECK(f.status("bad").state == "unknown");
+  // A registration naming an unknown backend is refused and leaves no
+  // entry behind.
+  auto sc = std::make_shared<script>();
+  auto m = fixture::ms(0, 1, "reg");
+  m.backend = "infiniband";
+  f.member(sc, m);
+  f.run();
+  REQUIRE(sc->log.size() == 1);
+  CHECK(contains(sc->log[0], "abort reg: collective.invalid_argument"));
+  CHECK(contains(sc->log[0], "unknown backend 'infiniband'"));
+  CHECK(f.status("reg").state == "unknown");
 }
