@@ -99,11 +99,11 @@ TEST_CASE("shm: ranks in separate processes run every op, in rounds larger "
 }
 
 TEST_CASE("shm: a killed process makes every survivor fail with peer_lost "
-          "naming it, long before the deadline; the survivors form again") {
+          "naming it, long before the deadline, and the survivors form again") {
   run_fault("killed", "peer_lost", "20000", SIGKILL);
 }
 
-TEST_CASE("shm: a stopped process makes every survivor time out naming it; "
+TEST_CASE("shm: a stopped process makes every survivor time out naming it, and "
           "the survivors form again") {
   run_fault("stopped", "timeout", "1500", SIGSTOP);
 }

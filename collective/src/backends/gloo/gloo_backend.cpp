@@ -19,9 +19,9 @@
 
 #include <caf/expected.hpp>
 
-#include "runtime/backend_factory.hpp"
 #include "backends/gloo/gloo_store_adapter.hpp"
 #include "backends/gloo/slots.hpp"
+#include "runtime/backend_factory.hpp"
 
 namespace caf_collective::detail {
 
@@ -81,8 +81,9 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
         "with other arguments (op, dtype, element count, root and reduce op "
         "must match on every rank); Gloo: " +
         what);
-  if (contains("Connection closed") || contains("reset by peer") ||
-      contains("Broken pipe") || contains("Connection refused")) {
+  if (contains("Connection closed") || contains("Socket closed") ||
+      contains("reset by peer") || contains("Broken pipe") ||
+      contains("Connection refused")) {
     auto peer = name_peer(what);
     return make_error(errc::peer_lost, context(op, call),
                       "connection to " +
