@@ -3,6 +3,13 @@
 
 Usage: csv_tables.py FILE.csv [op]    one op in detail (default allreduce)
        csv_tables.py FILE.csv --ops   every op, compact
+       csv_tables.py --compare THREADS.csv PROCS.csv MPI.csv [--copy GBS]
+                     [--plot PREFIX]  shm (threads, processes) against the
+                                      MPI reference, one table per op
+                                      (compare_mpi.sh); %copy against a
+                                      copy bandwidth of GBS (all threads
+                                      together) for every column, else
+                                      against each run's own measurement
 
 One row per size: time (us) and busbw (GB/s) of each path (out-of-place),
 the fastest Gloo algorithm, the slowest single iteration of direct (to show
@@ -48,7 +55,149 @@ def all_ops(path):
               f"{bw} |")
 
 
+def load(path, want):
+    """{(op, size): {"t": us, "bw": busbw, "copy": fraction}} of one path."""
+    rows = {}
+    for r in csv.DictReader(open(path)):
+        if r["path"] != want or not r["oop_mean_us"]:
+            continue
+        size = int(r["size"])
+        algbw = float(r["oop_algbw"])
+        t = size / (algbw * 1e3) if algbw > 0 else float(r["oop_median_us"])
+        frac = r.get("oop_copy_frac") or ""
+        rows[(r["op"], size)] = dict(t=t, bw=float(r["oop_busbw"]),
+                                     copy=float(frac) if frac else None,
+                                     ranks=int(r["ranks"]))
+    return rows
+
+
+def compare(threads_csv, procs_csv, mpi_csv, copy_gbs=None,
+            plot_prefix=None):
+    # thr: shm, ranks as threads; proc: shm, ranks as processes; gloo: our
+    # API on Gloo, threads (compare_mpi.sh --gloo).
+    cols = [("thr", load(threads_csv, "shm")),
+            ("proc", load(procs_csv, "shm")),
+            ("MPI", load(mpi_csv, "mpi"))]
+    gloo = load(threads_csv, "direct")
+    if gloo:
+        cols.append(("gloo", gloo))
+    keys = []
+    for _, rows in cols:
+        for k in rows:
+            if k not in keys:
+                keys.append(k)
+    ranks = next((v["ranks"] for _, rows in cols for v in rows.values()), 0)
+    mpi = cols[2][1]
+    if copy_gbs:
+        model = copy_gbs / ranks
+        for _, rows in cols:
+            for v in rows.values():
+                v["copy"] = v["bw"] / model
+        print(f"\n%copy: busbw / copy model = busbw / ({copy_gbs:.2f} GB/s "
+              f"/ {ranks} ranks = {model:.2f} GB/s)")
+    summary(cols, keys, ranks)
+    for op in dict.fromkeys(k[0] for k in keys):
+        sizes = sorted(k[1] for k in keys if k[0] == op)
+        print(f"\n**{op}, {ranks} ranks**: out-of-place; thr/proc: shm "
+              "with ranks as threads/processes" +
+              (", gloo: our API on Gloo (threads)" if gloo else "") +
+              "; time in us as reported, busbw in GB/s; x/MPI: busbw ratio "
+              "(> 1: ours faster); %copy: busbw / copy model\n")
+        head = ["size"] + [f"{n} us" for n, _ in cols] + [
+            f"{n} GB/s" for n, _ in cols] + [
+            "thr/MPI", "proc/MPI", "thr %copy", "proc %copy"]
+        if gloo:
+            head.append("thr/gloo")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for size in sizes:
+            k = (op, size)
+            cells = [fmt_size(size)]
+            cells += [f"{rows[k]['t']:.1f}" if k in rows else "-"
+                      for _, rows in cols]
+            cells += [f"{rows[k]['bw']:.3f}" if k in rows else "-"
+                      for _, rows in cols]
+
+            def ratio(rows, base):
+                if k in rows and k in base and rows[k]["t"] > 0:
+                    return f"{base[k]['t'] / rows[k]['t']:.2f}"
+                return "-"
+            cells.append(ratio(cols[0][1], mpi))
+            cells.append(ratio(cols[1][1], mpi))
+            for _, rows in cols[:2]:
+                c = rows.get(k, {}).get("copy")
+                cells.append(f"{100 * c:.0f}%" if c is not None else "-")
+            if gloo:
+                cells.append(ratio(cols[0][1], gloo))
+            print("| " + " | ".join(cells) + " |")
+    if plot_prefix:
+        plot(cols, keys, ranks, plot_prefix,
+             copy_gbs / ranks if copy_gbs else None)
+
+
+def summary(cols, keys, ranks):
+    """Headline: smallest size's time, busbw at 1, 64 and 256 MiB."""
+    names = " / ".join(n for n, _ in cols)
+    print(f"\n**Summary, {ranks} ranks** (each cell: {names}; out-of-place)"
+          "\n")
+    marks = [(1 << 20, "1 MiB"), (64 << 20, "64 MiB"), (256 << 20, "256 MiB")]
+    print("| op | smallest size | time us | " +
+          " | ".join(f"busbw GB/s at {m}" for _, m in marks) + " |")
+    print("|" + "---|" * (3 + len(marks)))
+    for op in dict.fromkeys(k[0] for k in keys):
+        sizes = sorted(k[1] for k in keys if k[0] == op)
+
+        def cell(size, field, fmt):
+            return " / ".join(
+                fmt.format(rows[(op, size)][field]) if (op, size) in rows
+                else "-" for _, rows in cols)
+        cells = [op, fmt_size(sizes[0]), cell(sizes[0], "t", "{:.1f}")]
+        cells += [cell(size, "bw", "{:.2f}") for size, _ in marks]
+        print("| " + " | ".join(cells) + " |")
+
+
+def plot(cols, keys, ranks, prefix, model=None):
+    """One PNG per op: busbw against size of every column (gnuplot)."""
+    import subprocess
+    for op in dict.fromkeys(k[0] for k in keys):
+        data = f"{prefix}-{op}.dat"
+        names = []
+        with open(data, "w") as out:
+            for name, rows in cols:
+                pts = sorted((s, v["bw"]) for (o, s), v in rows.items()
+                             if o == op and s > 0)
+                if not pts:
+                    continue
+                names.append({"thr": "shm, threads", "proc": "shm, processes",
+                              "MPI": "Open MPI shared memory",
+                              "gloo": "our API on Gloo, threads"}.get(name,
+                                                                      name))
+                for s, bw in pts:
+                    out.write(f"{s} {bw}\n")
+                out.write("\n\n")
+        script = (
+            "set terminal png size 1000,600 noenhanced\n"
+            f"set output '{prefix}-{op}.png'\n"
+            f"set title '{op}, {ranks} ranks, out-of-place: shm against "
+            "MPI shared memory'\n"
+            "set logscale x 2\nset format x '%.0b%B'\n"
+            "set xlabel 'size (bytes)'\nset ylabel 'busbw (GB/s)'\n"
+            "set key top left\nset grid\nplot " + ", ".join(
+                f"'{data}' index {i} using 1:2 with linespoints title "
+                f"'{n}'" for i, n in enumerate(names)) +
+            (f", {model} with lines dashtype 2 title 'copy model'"
+             if model else "") + "\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=False)
+        import os
+        os.remove(data)
+
+
 def main():
+    if sys.argv[1] == "--compare":
+        opts = dict(zip(sys.argv[5::2], sys.argv[6::2]))
+        copy = float(opts["--copy"]) if "--copy" in opts else None
+        return compare(sys.argv[2], sys.argv[3], sys.argv[4], copy,
+                       opts.get("--plot"))
     path = sys.argv[1]
     if len(sys.argv) > 2 and sys.argv[2] == "--ops":
         return all_ops(path)
@@ -68,7 +217,8 @@ def main():
             median = True
         rows[size][r["path"]] = dict(t=t, bw=busbw, algo=r["algo"],
                                      max=float(r["oop_max_us"]))
-    paths = [p for p in ("raw-gloo", "raw-gloo-best", "direct", "driver")
+    paths = [p for p in ("raw-gloo", "raw-gloo-best", "direct", "shm",
+                         "driver", "mpi")
              if any(p in v for v in rows.values())]
     head = ["size"] + [f"{p} us" for p in paths] + [
         "best algo", "direct max us"]

@@ -8,21 +8,21 @@ namespace caf_collective::bench {
 
 namespace {
 
-constexpr std::string_view group_name = "bench-direct";
-
 class direct_path : public bench_path {
  public:
-  direct_path(int rank, int ranks, rendezvous_store_ptr store,
+  direct_path(std::string label, const std::string& backend, int rank,
+              int ranks, rendezvous_store_ptr store,
               allreduce_algorithm algorithm)
-    : algorithm_(algorithm) {
+    : label_(std::move(label)), group_name_("bench-" + label_),
+      algorithm_(algorithm) {
     init_options opts;
     opts.store = std::move(store);
-    init_collective_group(ranks, rank, "gloo", group_name, opts);
+    init_collective_group(ranks, rank, backend, group_name_, opts);
   }
 
-  ~direct_path() override { destroy_collective_group(group_name); }
+  ~direct_path() override { destroy_collective_group(group_name_); }
 
-  std::string_view name() const override { return "direct"; }
+  std::string_view name() const override { return label_; }
 
   bool supports(bench_op op, bool in_place) const override {
     return !in_place || op == bench_op::allreduce ||
@@ -30,6 +30,7 @@ class direct_path : public bench_path {
   }
 
   void run(const op_args& a) override {
+    std::string_view group_name = group_name_;
     auto counts = counts_of(a.op, a.total, a.ranks);
     tensor_view in{a.in, a.type, counts.in};
     tensor_view out{a.out, a.type, counts.out};
@@ -37,6 +38,7 @@ class direct_path : public bench_path {
       case bench_op::allreduce: {
         allreduce_options opts;
         opts.op = a.redop;
+        opts.algorithm = algorithm_;
         if (a.in_place()) return allreduce(out, group_name, opts);
         return allreduce(in, out, group_name, opts);
       }
@@ -84,15 +86,19 @@ class direct_path : public bench_path {
   }
 
  private:
+  std::string label_;
+  std::string group_name_;
   allreduce_algorithm algorithm_;
 };
 
 } // namespace
 
-bench_path_ptr make_direct_path(int rank, int ranks, rendezvous_store_ptr store,
+bench_path_ptr make_direct_path(const std::string& label,
+                                const std::string& backend, int rank, int ranks,
+                                rendezvous_store_ptr store,
                                 allreduce_algorithm algorithm) {
-  return std::make_unique<direct_path>(rank, ranks, std::move(store),
-                                       algorithm);
+  return std::make_unique<direct_path>(label, backend, rank, ranks,
+                                       std::move(store), algorithm);
 }
 
 } // namespace caf_collective::bench

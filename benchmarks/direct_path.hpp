@@ -2,6 +2,8 @@
 // the member initialized): what an application on one member runs.
 #pragma once
 
+#include <string>
+
 #include "caf_collective/options.hpp"
 #include "caf_collective/rendezvous.hpp"
 
@@ -9,10 +11,13 @@
 
 namespace caf_collective::bench {
 
-/// Joins the group "bench-direct" (blocks until every rank joined). The
-/// calling thread must hold a member_scope for as long as the path lives.
+/// Joins the group "bench-<label>" on `backend` (gloo, shm or auto; blocks
+/// until every rank joined); its rows are labelled `label`. The calling
+/// thread must hold a member_scope for as long as the path lives.
 /// `algorithm` is what its allreduce calls ask for.
-bench_path_ptr make_direct_path(int rank, int ranks, rendezvous_store_ptr store,
+bench_path_ptr make_direct_path(const std::string& label,
+                                const std::string& backend, int rank, int ranks,
+                                rendezvous_store_ptr store,
                                 allreduce_algorithm algorithm);
 
 } // namespace caf_collective::bench

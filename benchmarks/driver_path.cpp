@@ -63,13 +63,14 @@ struct driver_world {
 
 class driver_path : public bench_path {
  public:
-  driver_path(int rank, int ranks, const std::string& scheduler)
+  driver_path(int rank, int ranks, const std::string& scheduler,
+              const std::string& backend)
     : rank_(rank), ranks_(ranks) {
     if (rank_ != 0) return;
     world_ = std::make_unique<driver_world>(scheduler);
     // Membership at spawn: one member actor per rank, all in this process.
     world_->members = spawn_group(
-      world_->sys, world_->driver, group_name, ranks_, "gloo", 30000,
+      world_->sys, world_->driver, group_name, ranks_, backend, 30000,
       [](caf::event_based_actor*, int32_t) { return caf::behavior{}; });
     if (auto err = await_group(world_->self, world_->driver, group_name,
                                std::chrono::seconds{30}))
@@ -200,8 +201,9 @@ bool driver_path_available() noexcept {
 }
 
 bench_path_ptr make_driver_path(int rank, int ranks,
-                                const std::string& scheduler) {
-  return std::make_unique<driver_path>(rank, ranks, scheduler);
+                                const std::string& scheduler,
+                                const std::string& backend) {
+  return std::make_unique<driver_path>(rank, ranks, scheduler, backend);
 }
 
 } // namespace caf_collective::bench

@@ -9,7 +9,8 @@ bool driver_path_available() noexcept {
   return false;
 }
 
-bench_path_ptr make_driver_path(int, int, const std::string&) {
+bench_path_ptr make_driver_path(int, int, const std::string&,
+                                const std::string&) {
   throw std::logic_error("the driver path needs the actor layer");
 }
 

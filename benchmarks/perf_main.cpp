@@ -1,8 +1,11 @@
 // caf_collective_perf: nccl-tests-style measurements of our collectives
 // beside raw Gloo. Ranks run as threads of this process, or (--procs) as
 // forked processes that meet through file stores in a fresh temp dir.
+// Before the ranks start, two threads measure the machine's copy bandwidth
+// (copy_model.hpp).
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -15,6 +18,7 @@
 
 #include "perf_options.hpp"
 #include "rank_runner.hpp"
+#include "report.hpp"
 
 using namespace caf_collective;
 using namespace caf_collective::bench;
@@ -87,7 +91,20 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   auto opts = parse_perf_options(argc, argv, exit_code);
   if (!opts) return exit_code;
+  // Measured before any rank exists: nothing else of ours runs meanwhile.
+  if (opts->copy_model) {
+    opts->copy = measure_copy_bandwidth(copy_threads_for(opts->ranks));
+    print_copy_model(std::cout, *opts);
+  }
   auto status = opts->procs ? run_procs(*opts) : run_threads(*opts);
+  // Again after the sweep: shows how much the machine's load moved.
+  if (opts->copy_model) {
+    auto after = measure_copy_bandwidth(opts->copy.threads, opts->copy.bytes,
+                                        opts->copy.reps);
+    std::cout << "# copy bandwidth after the sweep: " << std::fixed
+              << std::setprecision(2) << after.total_gbs
+              << " GB/s together (%copy used " << opts->copy.total_gbs << ")\n";
+  }
   if (status == 1) std::cerr << "caf_collective_perf: wrong results\n";
   return status;
 }

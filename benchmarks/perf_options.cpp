@@ -1,5 +1,6 @@
 #include "perf_options.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -26,9 +27,15 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   -o OP              sum prod min max (sum)
   -r ROOT            root of reduce, broadcast, gather, scatter (0)
   --ranks N          number of ranks (2)
-  --backend NAME     gloo (gloo)
-  --path LIST        raw-gloo,raw-gloo-best,direct,driver
-                     (raw-gloo,raw-gloo-best,direct)
+  --backend NAME     backend of the direct and driver paths: gloo shm
+                     auto (gloo)
+  --path LIST        raw-gloo,raw-gloo-best,direct,shm,driver
+                     (raw-gloo,raw-gloo-best,direct); shm: our API on
+                     backend shm, beside direct on --backend
+  --iter-budget B    at most B / size timed and warm-up iterations per
+                     size (at least 2 and 1; suffixes K M G; 0: -n, -w)
+  --copy-model 0|1   measure the copy bandwidth first and print busbw as
+                     a fraction of the copy model (%copy) (1)
   --direct-algo A    allreduce algorithm of the direct path: automatic ring
                      ring_chunked halving_doubling bcube ring_options_api
                      (automatic)
@@ -83,7 +90,7 @@ std::vector<bench_op> parse_ops(std::string_view list) {
 void check_paths(const std::vector<std::string>& paths) {
   for (auto& p : paths)
     if (p != "raw-gloo" && p != "raw-gloo-best" && p != "direct" &&
-        p != "driver")
+        p != "shm" && p != "driver")
       throw std::invalid_argument("unknown path " + p);
 }
 
@@ -121,6 +128,19 @@ std::vector<size_t> sweep_sizes(const perf_options& opts) {
     if (opts.step_factor <= 1.0) break;
   }
   return result;
+}
+
+int iters_at(const perf_options& opts, size_t bytes) {
+  if (opts.iter_budget == 0 || bytes == 0) return opts.iters;
+  auto cap = std::max<size_t>(opts.iter_budget / bytes, 2);
+  return static_cast<int>(std::min(static_cast<size_t>(opts.iters), cap));
+}
+
+int warmup_iters_at(const perf_options& opts, size_t bytes) {
+  if (opts.iter_budget == 0 || bytes == 0) return opts.warmup_iters;
+  auto cap = std::max<size_t>(opts.iter_budget / bytes, 1);
+  return static_cast<int>(
+    std::min(static_cast<size_t>(opts.warmup_iters), cap));
 }
 
 std::optional<perf_options> parse_perf_options(int argc, char** argv,
@@ -180,6 +200,10 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.paths = split(value);
       else if (flag == "--direct-algo")
         opts.direct_algorithm = parse_algorithm(value);
+      else if (flag == "--iter-budget")
+        opts.iter_budget = parse_bytes(value);
+      else if (flag == "--copy-model")
+        opts.copy_model = as_int() != 0;
       else if (flag == "--raw-warmup")
         opts.raw_warm_up = as_int() != 0;
       else if (flag == "--caf-scheduler") {
@@ -195,8 +219,9 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         throw std::invalid_argument("unknown flag " + std::string{flag});
     }
     check_paths(opts.paths);
-    if (opts.backend != "gloo")
-      throw std::invalid_argument("only --backend gloo exists so far");
+    if (opts.backend != "gloo" && opts.backend != "shm" &&
+        opts.backend != "auto")
+      throw std::invalid_argument("--backend must be gloo, shm or auto");
     if (opts.ranks < 1 || opts.root < 0 || opts.root >= opts.ranks)
       throw std::invalid_argument("need --ranks >= 1 and 0 <= -r < ranks");
     if (opts.iters < 1 || opts.repeat < 1 || opts.warmup_iters < 0 ||

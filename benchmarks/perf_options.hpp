@@ -12,6 +12,7 @@
 #include "caf_collective/reduce_op.hpp"
 
 #include "bench_op.hpp"
+#include "copy_model.hpp"
 
 namespace caf_collective::bench {
 
@@ -33,8 +34,17 @@ struct perf_options {
   reduce_op redop = reduce_op::sum;
   int root = 0;
   int ranks = 2;
+  /// Backend of the direct and driver paths: gloo, shm or auto.
   std::string backend = "gloo";
   std::vector<std::string> paths{"raw-gloo", "raw-gloo-best", "direct"};
+  /// Caps the timed (and warm-up) iterations of a size at iter_budget /
+  /// size, at least 2 timed and 1 warm-up (0: no cap, always -n / -w).
+  size_t iter_budget = 0;
+  /// Measures the machine's copy bandwidth before the sweep and prints
+  /// busbw as a fraction of the copy model (copy_model.hpp).
+  bool copy_model = true;
+  /// The measured copy bandwidth (filled before the sweep when copy_model).
+  copy_bandwidth copy;
   bool procs = false;
   /// Also print one row per algorithm of multi-algorithm paths.
   bool show_variants = false;
@@ -51,6 +61,10 @@ struct perf_options {
 
 /// The sizes of one sweep: min, min * f, ... up to max (nccl-tests' -f).
 std::vector<size_t> sweep_sizes(const perf_options& opts);
+
+/// Timed and warm-up iterations at a size of `bytes` (--iter-budget).
+int iters_at(const perf_options& opts, size_t bytes);
+int warmup_iters_at(const perf_options& opts, size_t bytes);
 
 /// Parses argv; prints usage or the problem to stderr and returns nullopt
 /// when the program should exit (with status `exit_code`).

@@ -94,12 +94,13 @@ class rank_runner {
         if (opts_.raw_warm_up) warm_up_pairs(*ctx, backend_warm_up_bytes);
         paths_.push_back(name == "raw-gloo" ? make_raw_gloo_path(ctx)
                                             : make_raw_gloo_best_path(ctx));
-      } else if (name == "direct") {
-        paths_.push_back(make_direct_path(env_.rank, opts_.ranks, env_.store,
-                                          opts_.direct_algorithm));
+      } else if (name == "direct" || name == "shm") {
+        auto backend = name == "shm" ? std::string{"shm"} : opts_.backend;
+        paths_.push_back(make_direct_path(name, backend, env_.rank, opts_.ranks,
+                                          env_.store, opts_.direct_algorithm));
       } else if (name == "driver" && driver_path_available()) {
-        paths_.push_back(
-          make_driver_path(env_.rank, opts_.ranks, opts_.caf_scheduler));
+        paths_.push_back(make_driver_path(env_.rank, opts_.ranks,
+                                          opts_.caf_scheduler, opts_.backend));
       } else if (name == "driver" && is_root()) {
         std::cout << "# path driver: not available (this build has no actor "
                      "layer with a driver API); skipped\n";
@@ -183,7 +184,8 @@ class rank_runner {
     if (opts_.check && args.op != bench_op::barrier) {
       wrong = static_cast<double>(path.check(args));
     }
-    for (int i = 0; i < opts_.warmup_iters; ++i)
+    auto bytes = args.total * size_of(args.type);
+    for (int i = 0, n = warmup_iters_at(opts_, bytes); i < n; ++i)
       path.run(args);
     timing t;
     for (int r = 0; r < opts_.repeat; ++r) {
@@ -198,11 +200,12 @@ class rank_runner {
   // One timed series of opts_.iters calls; every rank takes part.
   timing time_series(bench_path& path, const op_args& args) {
     control_->barrier();
+    auto iters = iters_at(opts_, args.total * size_of(args.type));
     std::vector<double> samples;
-    samples.reserve(static_cast<size_t>(opts_.iters));
+    samples.reserve(static_cast<size_t>(iters));
     auto start = clock_type::now();
     auto last = start;
-    for (int i = 0; i < opts_.iters; ++i) {
+    for (int i = 0; i < iters; ++i) {
       path.run(args);
       auto now = clock_type::now();
       samples.push_back(
@@ -212,7 +215,7 @@ class rank_runner {
     auto total = std::chrono::duration<double, std::micro>(last - start);
     std::sort(samples.begin(), samples.end());
     // The slowest rank defines the time of a collective.
-    std::vector<double> stats{total.count() / opts_.iters,
+    std::vector<double> stats{total.count() / iters,
                               samples[samples.size() / 2], samples.back()};
     control_->max(stats);
     timing t;

@@ -8,6 +8,7 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <tuple>
 
 namespace caf_collective::bench {
 
@@ -29,6 +30,25 @@ void print_timing(std::ostream& out, const timing& t) {
       << t.busbw << std::setw(7) << t.wrong;
 }
 
+// The backend a path's rows ran on.
+std::string backend_of(const std::string& path, const perf_options& opts) {
+  if (path == "shm") return "shm";
+  if (path == "direct" || path == "driver") return opts.backend;
+  if (path == "mpi") return "mpi";
+  return "gloo";
+}
+
+// Which backend the paths of this run use, e.g. "shm, direct on gloo".
+std::string backends(const perf_options& opts) {
+  std::string result;
+  for (auto& path : opts.paths) {
+    auto backend = backend_of(path, opts);
+    if (path.rfind("raw-gloo", 0) == 0) continue;
+    result += (result.empty() ? "" : ", ") + path + " on " + backend;
+  }
+  return result.empty() ? "backend " + opts.backend : result;
+}
+
 std::string plot_name(const std::string& file, bench_op op, bool several) {
   if (!several) return file;
   auto dot = file.rfind('.');
@@ -44,16 +64,38 @@ void derive_bandwidth(timing& t, bench_op op, size_t bytes, int ranks) {
   t.busbw = t.algbw * bus_factor(op, ranks);
 }
 
+void print_copy_model(std::ostream& out, const perf_options& opts) {
+  if (!opts.copy_model || !opts.copy.valid()) return;
+  auto& c = opts.copy;
+  out << "# copy model: " << c.threads << " threads copying " << (c.bytes >> 20)
+      << " MiB each at once, best of " << c.reps << ": " << std::fixed
+      << std::setprecision(2) << c.total_gbs
+      << " GB/s together; busbw bound for " << opts.ranks
+      << " ranks = " << c.total_gbs << " / " << opts.ranks << " = "
+      << c.model_busbw(opts.ranks)
+      << " GB/s (%copy: out-of-place busbw / bound)\n";
+}
+
+double copy_fraction(const timing& t, const perf_options& opts) {
+  auto model = opts.copy_model ? opts.copy.model_busbw(opts.ranks) : 0.0;
+  return t.valid && model > 0 ? t.busbw / model : 0.0;
+}
+
 void print_header(std::ostream& out, bench_op op, const perf_options& opts) {
+  bool copy = opts.copy_model && opts.copy.valid();
   out << "#\n# " << to_string(op) << ", " << opts.ranks << " ranks as "
-      << (opts.procs ? "processes" : "threads") << ", backend " << opts.backend
+      << (opts.procs ? "processes" : "threads") << ", " << backends(opts)
       << ", " << opts.iters << " iterations after " << opts.warmup_iters
-      << " warm-up, check " << (opts.check ? "on" : "off") << "\n#"
+      << " warm-up";
+  if (opts.iter_budget > 0)
+    out << " (at most " << opts.iter_budget << " B / size, >= 2 and 1)";
+  out << ", check " << (opts.check ? "on" : "off") << "\n#"
       << std::string(60, ' ') << "out-of-place" << std::string(22, ' ')
       << "in-place\n"
       << "#         path         size      count     type  redop  root"
          "      time   algbw   busbw #wrong      time   algbw   busbw "
-         "#wrong  algo\n"
+         "#wrong"
+      << (copy ? "  %copy" : "") << "  algo\n"
       << "#                       (B) (elements)                    "
          "      (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n";
 }
@@ -67,6 +109,13 @@ void print_row(std::ostream& out, const result_row& row,
       << (has_root(row.op) ? opts.root : -1);
   print_timing(out, row.out_of_place);
   print_timing(out, row.in_place);
+  if (opts.copy_model && opts.copy.valid()) {
+    if (row.out_of_place.valid && opts.ranks > 1)
+      out << std::setw(6) << std::setprecision(0)
+          << 100 * copy_fraction(row.out_of_place, opts) << "%";
+    else
+      out << std::setw(7) << "-";
+  }
   out << "  " << row.algo << "\n";
 }
 
@@ -84,11 +133,30 @@ void print_footer(std::ostream& out, const std::vector<result_row>& rows,
       if (row.path.rfind("gloo:", 0) != 0) wrong += t->wrong;
     }
   }
-  for (auto& path : opts.paths)
-    if (auto i = sums.find(path); i != sums.end())
-      out << "# " << std::setw(14) << path
-          << " avg bus bandwidth : " << std::fixed << std::setprecision(3)
-          << i->second.first / i->second.second << " GB/s\n";
+  // Out-of-place fraction of the copy model at >= 1 MiB: average, minimum.
+  std::map<std::string, std::tuple<double, double, int>> fractions;
+  for (auto& row : rows) {
+    auto f = copy_fraction(row.out_of_place, opts);
+    if (f <= 0 || row.bytes < (size_t{1} << 20)) continue;
+    auto [it, fresh] = fractions.try_emplace(row.path, 0.0, f, 0);
+    auto& [sum, least, n] = it->second;
+    sum += f;
+    least = std::min(least, f);
+    ++n;
+  }
+  for (auto& path : opts.paths) {
+    auto i = sums.find(path);
+    if (i == sums.end()) continue;
+    out << "# " << std::setw(14) << path
+        << " avg bus bandwidth : " << std::fixed << std::setprecision(3)
+        << i->second.first / i->second.second << " GB/s";
+    if (auto j = fractions.find(path); j != fractions.end()) {
+      auto& [sum, least, n] = j->second;
+      out << std::setprecision(0) << ", at >= 1 MiB " << 100 * sum / n
+          << "% of the copy model (min " << 100 * least << "%)";
+    }
+    out << "\n";
+  }
   out << "# Out of bounds values : " << wrong << (wrong ? " ERROR" : " OK")
       << "\n#\n";
 }
@@ -96,16 +164,17 @@ void print_footer(std::ostream& out, const std::vector<result_row>& rows,
 void write_csv(const std::string& file, const std::vector<result_row>& rows,
                const perf_options& opts) {
   std::ofstream out{file};
-  out << "op,path,algo,ranks,mode,size,count,type,redop,root";
+  out << "op,path,algo,ranks,mode,backend,size,count,type,redop,root";
   for (auto* prefix : {"oop", "ip"})
     out << "," << prefix << "_mean_us," << prefix << "_median_us," << prefix
         << "_max_us," << prefix << "_algbw," << prefix << "_busbw," << prefix
         << "_wrong";
-  out << "\n";
+  out << ",copy_model_busbw,oop_copy_frac\n";
   for (auto& row : rows) {
     out << to_string(row.op) << "," << row.path << "," << row.algo << ","
         << opts.ranks << "," << (opts.procs ? "procs" : "threads") << ","
-        << row.bytes << "," << row.count << "," << to_string(opts.type) << ","
+        << backend_of(row.path, opts) << "," << row.bytes << "," << row.count
+        << "," << to_string(opts.type) << ","
         << (is_reduction(row.op) ? redop_name(opts) : "none") << ","
         << (has_root(row.op) ? opts.root : -1);
     for (auto* t : {&row.out_of_place, &row.in_place}) {
@@ -115,6 +184,12 @@ void write_csv(const std::string& file, const std::vector<result_row>& rows,
       else
         out << ",,,,,,";
     }
+    auto model = opts.copy_model ? opts.copy.model_busbw(opts.ranks) : 0.0;
+    out << ",";
+    if (model > 0) out << model;
+    out << ",";
+    if (model > 0 && row.out_of_place.valid)
+      out << copy_fraction(row.out_of_place, opts);
     out << "\n";
   }
 }
@@ -158,14 +233,19 @@ bool write_plot(const std::string& file, const std::vector<result_row>& rows,
       out << "set terminal png size 1000,600 noenhanced\n"
           << "set output '" << plot_name(file, op, ops.size() > 1) << "'\n"
           << "set title '" << to_string(op) << ", " << opts.ranks << " ranks ("
-          << (opts.procs ? "processes" : "threads")
-          << "), loopback TCP, out-of-place'\n"
+          << (opts.procs ? "processes" : "threads") << "), out-of-place"
+          << (opts.backend != "gloo" ? ", direct on " + opts.backend : "")
+          << "'\n"
           << "set logscale x 2\nset format x '%.0b%B'\n"
           << "set xlabel 'size (bytes)'\nset ylabel 'busbw (GB/s)'\n"
           << "set key top left\nset grid\nplot ";
       for (size_t i = 0; i < paths.size(); ++i)
         out << (i ? ", " : "") << "'" << data << "' index " << i
             << " using 1:2 with linespoints title '" << paths[i] << "'";
+      if (auto model =
+            opts.copy_model ? opts.copy.model_busbw(opts.ranks) : 0.0;
+          model > 0 && !paths.empty())
+        out << ", " << model << " with lines dashtype 2 title 'copy model'";
       out << "\n";
     }
     auto cmd = "gnuplot '" + script + "'";

@@ -38,6 +38,13 @@ struct result_row {
 /// algbw = size / time, busbw = algbw * bus factor).
 void derive_bandwidth(timing& t, bench_op op, size_t bytes, int ranks);
 
+/// The measured copy bandwidth and the copy model's busbw bound (one line
+/// per run; nothing when --copy-model 0).
+void print_copy_model(std::ostream& out, const perf_options& opts);
+
+/// busbw as a fraction of the copy model (0 when there is none).
+double copy_fraction(const timing& t, const perf_options& opts);
+
 void print_header(std::ostream& out, bench_op op, const perf_options& opts);
 void print_row(std::ostream& out, const result_row& row,
                const perf_options& opts);
