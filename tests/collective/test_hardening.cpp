@@ -313,7 +313,7 @@ TEST_CASE("float allreduce gives bitwise the same result on every rank") {
   }
 }
 
-TEST_CASE("int64 allgather and alltoall keep their values") {
+TEST_CASE("int64 allgather keeps its values when ranks agree") {
   // A control for the tests above: agreeing ranks move their bytes exactly.
   run_short(3, "control", [](int rank, rank_log& log) {
     auto in = iota_values(3, 10 * rank);

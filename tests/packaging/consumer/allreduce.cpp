@@ -14,9 +14,9 @@ int main() {
     col::init_collective_group(1, 0, "gloo", "consumer", opts);
     std::vector<float> xs(1024, 2.0f);
     col::allreduce(col::view_of(xs), "consumer");
-    bool ok = col::get_collective_group_size("consumer") == 1
-              && col::get_rank("consumer") == 0 && xs.front() == 2.0f
-              && xs.back() == 2.0f;
+    bool ok = col::get_collective_group_size("consumer") == 1 &&
+              col::get_rank("consumer") == 0 && xs.front() == 2.0f &&
+              xs.back() == 2.0f;
     col::destroy_collective_group("consumer");
     std::printf("consumer_allreduce: %s (C++ %ld)\n", ok ? "ok" : "WRONG",
                 static_cast<long>(__cplusplus));

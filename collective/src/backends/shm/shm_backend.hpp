@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/shm_segment.hpp"
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
-#include "backends/shm/shm_segment.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -197,6 +197,7 @@ class shm_backend : public backend {
   std::vector<std::byte> tmp_;
   std::vector<std::byte> inplace_;
   std::vector<const std::byte*> sources_; // one per rank, for reduce_range
+  std::vector<need> needs_;               // what a copy op reads, per call
 };
 
 /// Forms an shm group: rank 0 creates the segment and publishes its name in

@@ -190,7 +190,8 @@ caf::error shm_backend::allgather(const op_call& call, const tensor_view& in,
         make_notice(op_kind::allgather, in, out, in.numel(), -1, reduce_op::sum,
                     key_of(op_kind::allgather, in.type(), in.numel()))))
     return err;
-  std::vector<need> needs;
+  auto& needs = needs_; // reused: no allocation per call once grown
+  needs.clear();
   for (int r = 0; r < world_size_; ++r)
     needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
   return run_copies(st, bytes_of(in), in.nbytes(), in.nbytes(), needs,
@@ -206,7 +207,8 @@ caf::error shm_backend::gather(const op_call& call, const tensor_view& in,
                                        key_of(op_kind::gather, in.type(),
                                               in.numel(), opts.root))))
     return err;
-  std::vector<need> needs;
+  auto& needs = needs_; // reused: no allocation per call once grown
+  needs.clear();
   if (rank_ == opts.root)
     for (int r = 0; r < world_size_; ++r)
       needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
@@ -241,7 +243,8 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                         key_of(op_kind::alltoall, in.type(), in.numel()))))
     return err;
   auto block = in.nbytes() / size_t(world_size_);
-  std::vector<need> needs;
+  auto& needs = needs_; // reused: no allocation per call once grown
+  needs.clear();
   for (int r = 0; r < world_size_; ++r)
     needs.push_back({r, size_t(rank_) * block, block, size_t(r) * block});
   return run_copies(st, bytes_of(source_view), in.nbytes(), in.nbytes(), needs,
@@ -269,7 +272,8 @@ caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
                                           world_size_, all))
     return err;
   auto es = size_of(in.type());
-  std::vector<need> needs;
+  auto& needs = needs_; // reused: no allocation per call once grown
+  needs.clear();
   size_t offset = 0;
   size_t longest = 0;
   for (int r = 0; r < world_size_; ++r) {
@@ -303,7 +307,8 @@ caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
     return err;
   auto es = size_of(in.type());
   auto header_of = [&](size_t r) { return all.data() + r * header.size(); };
-  std::vector<need> needs;
+  auto& needs = needs_; // reused: no allocation per call once grown
+  needs.clear();
   size_t recv_offset = 0;
   size_t longest = 0;
   for (size_t r = 0; r < w; ++r) {
