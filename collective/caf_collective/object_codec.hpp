@@ -1,0 +1,157 @@
+// Turning objects into bytes and back for the object collectives: CAF 0.17's
+// binary format, with the failures a collective must report on every rank
+// (an unregistered type, bytes that do not read as the expected type) turned
+// into errors instead of crashes, prints or huge allocations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/deserializer.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/message.hpp>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective::detail {
+
+/// A readable name of `type` (demangled), for errors.
+std::string readable_type_name(const std::type_info& type);
+
+template<class T>
+std::string type_name_of() {
+  return readable_type_name(typeid(T));
+}
+
+/// The execution context CAF's (de)serializers need: the system's dummy
+/// unit, or null for types that never consult the type registry.
+caf::execution_unit* serialization_context(caf::actor_system* sys) noexcept;
+
+/// Fails with invalid_argument naming the first element of `msg` whose type
+/// is not registered with `sys` (CAF 0.17 would print to stderr and write
+/// nothing instead of failing).
+caf::error check_registered(caf::actor_system& sys, const caf::message& msg);
+
+/// CAF's binary deserializer with one more check: a sequence may not claim
+/// far more elements than bytes remain. CAF resizes byte vectors to the
+/// claimed size before reading them, so a corrupted length would otherwise
+/// allocate and zero up to 4 GiB before failing.
+class bounded_deserializer final : public caf::deserializer {
+ public:
+  bounded_deserializer(caf::execution_unit* ctx, const char* data, size_t size);
+
+  size_t remaining() const noexcept { return inner_.remaining(); }
+
+  caf::error begin_object(uint16_t& type_nr, std::string& name) override;
+  caf::error end_object() override;
+  caf::error begin_sequence(size_t& size) override;
+  caf::error end_sequence() override;
+  caf::error apply_raw(size_t num_bytes, void* data) override;
+
+ protected:
+  caf::error apply_impl(int8_t& x) override;
+  caf::error apply_impl(uint8_t& x) override;
+  caf::error apply_impl(int16_t& x) override;
+  caf::error apply_impl(uint16_t& x) override;
+  caf::error apply_impl(int32_t& x) override;
+  caf::error apply_impl(uint32_t& x) override;
+  caf::error apply_impl(int64_t& x) override;
+  caf::error apply_impl(uint64_t& x) override;
+  caf::error apply_impl(float& x) override;
+  caf::error apply_impl(double& x) override;
+  caf::error apply_impl(long double& x) override;
+  caf::error apply_impl(std::string& x) override;
+  caf::error apply_impl(std::u16string& x) override;
+  caf::error apply_impl(std::u32string& x) override;
+
+ private:
+  caf::binary_deserializer inner_;
+};
+
+/// Renders a failure of CAF's (de)serializer together with the type.
+std::string describe_codec_failure(const char* what, const std::string& type,
+                                   const caf::error& err);
+
+/// One rank's object as bytes, or why it could not be serialized.
+struct encoded_object {
+  std::vector<char> bytes;
+  caf::error failure;
+};
+
+/// Serializes `x`; `sys` is required for caf::message (its type registry)
+/// and for actor handles, optional otherwise.
+template<class T>
+encoded_object encode_object(const T& x, caf::actor_system* sys) {
+  encoded_object out;
+  auto name = type_name_of<T>();
+  if constexpr (std::is_same_v<T, caf::message>) {
+    if (sys == nullptr) {
+      out.failure = make_error(errc::invalid_argument,
+                               "a caf::message needs object_options::system "
+                               "(the actor system whose registry knows its "
+                               "types)");
+      return out;
+    }
+    if (auto err = check_registered(*sys, x)) {
+      out.failure = std::move(err);
+      return out;
+    }
+  }
+  try {
+    caf::binary_serializer sink{serialization_context(sys), out.bytes};
+    // CAF 0.17's inspectors take non-const references even when saving.
+    if (auto err = sink(const_cast<T&>(x))) {
+      out.failure = make_error(errc::invalid_argument,
+                               describe_codec_failure("serialize", name, err));
+      out.bytes.clear();
+    }
+  } catch (const std::exception& e) {
+    out.failure = make_error(errc::invalid_argument,
+                             "cannot serialize " + name + ": " + e.what());
+    out.bytes.clear();
+  }
+  return out;
+}
+
+/// Reads a `T` from exactly `size` bytes into `out` (left unchanged on
+/// failure). Fails with mismatch when the bytes do not read as a `T` or
+/// leave bytes over.
+template<class T>
+caf::error decode_object(const char* data, size_t size, T& out,
+                         caf::actor_system* sys) {
+  auto name = type_name_of<T>();
+  if constexpr (std::is_same_v<T, caf::message>) {
+    if (sys == nullptr)
+      return make_error(errc::invalid_argument,
+                        "a caf::message needs object_options::system "
+                        "(the actor system whose registry knows its types)");
+  }
+  try {
+    T tmp{};
+    bounded_deserializer source{serialization_context(sys), data, size};
+    if (auto err = source(tmp))
+      return make_error(errc::mismatch,
+                        describe_codec_failure("deserialize", name, err) +
+                          " (" + std::to_string(size) + " bytes)");
+    if (source.remaining() != 0)
+      return make_error(errc::mismatch, "cannot deserialize " + name + ": " +
+                                          std::to_string(source.remaining()) +
+                                          " of " + std::to_string(size) +
+                                          " bytes left over");
+    out = std::move(tmp);
+  } catch (const std::exception& e) {
+    return make_error(errc::mismatch,
+                      "cannot deserialize " + name + ": " + e.what());
+  }
+  return {};
+}
+
+} // namespace caf_collective::detail

@@ -1,0 +1,156 @@
+// The object codec's non-template parts: type names, the registry check for
+// caf::message and the bounded deserializer.
+#include "caf_collective/object_codec.hpp"
+
+#include <cstdlib>
+#include <cxxabi.h>
+#include <memory>
+
+#include <caf/actor_system.hpp>
+#include <caf/uniform_type_info_map.hpp>
+
+namespace caf_collective::detail {
+
+namespace {
+
+// A sequence may claim this many elements beyond the bytes that remain:
+// elements can take zero bytes (empty structs), but not millions of them.
+constexpr size_t sequence_slack = 1 << 16;
+
+// Never registered anywhere: CAF's answer for its name is the name CAF
+// gives every unregistered type.
+struct never_registered {};
+
+} // namespace
+
+std::string readable_type_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name{
+    abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free};
+  return status == 0 && name ? std::string{name.get()}
+                             : std::string{type.name()};
+}
+
+caf::execution_unit* serialization_context(caf::actor_system* sys) noexcept {
+  return sys != nullptr ? sys->dummy_execution_unit() : nullptr;
+}
+
+caf::error check_registered(caf::actor_system& sys, const caf::message& msg) {
+  auto& types = sys.types();
+  const auto& unknown = types.portable_name(0, &typeid(never_registered));
+  for (size_t i = 0; i < msg.size(); ++i) {
+    auto rtti = msg.type(i);
+    if (rtti.first != 0) continue; // a builtin type number
+    if (rtti.second == nullptr || types.portable_name(rtti) == unknown)
+      return make_error(errc::invalid_argument,
+                        "cannot serialize caf::message: element " +
+                          std::to_string(i) + " has type " +
+                          (rtti.second ? readable_type_name(*rtti.second)
+                                       : std::string{"<unknown>"}) +
+                          ", which is not registered with the actor system "
+                          "(add_message_type<T>(\"name\") in its config)");
+  }
+  return {};
+}
+
+std::string describe_codec_failure(const char* what, const std::string& type,
+                                   const caf::error& err) {
+  std::string result = "cannot ";
+  result += what;
+  result += ' ';
+  result += type;
+  result += ": ";
+  result += render(err);
+  return result;
+}
+
+bounded_deserializer::bounded_deserializer(caf::execution_unit* ctx,
+                                           const char* data, size_t size)
+  : caf::deserializer(ctx), inner_(ctx, data, size) {
+  // nop
+}
+
+caf::error bounded_deserializer::begin_object(uint16_t& type_nr,
+                                              std::string& name) {
+  return inner_.begin_object(type_nr, name);
+}
+
+caf::error bounded_deserializer::end_object() {
+  return inner_.end_object();
+}
+
+caf::error bounded_deserializer::begin_sequence(size_t& size) {
+  if (auto err = inner_.begin_sequence(size)) return err;
+  if (size > inner_.remaining() + sequence_slack)
+    return make_error(errc::mismatch,
+                      "a sequence claims " + std::to_string(size) +
+                        " elements but only " +
+                        std::to_string(inner_.remaining()) + " bytes remain");
+  return {};
+}
+
+caf::error bounded_deserializer::end_sequence() {
+  return inner_.end_sequence();
+}
+
+caf::error bounded_deserializer::apply_raw(size_t num_bytes, void* data) {
+  return inner_.apply_raw(num_bytes, data);
+}
+
+caf::error bounded_deserializer::apply_impl(int8_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(uint8_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(int16_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(uint16_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(int32_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(uint32_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(int64_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(uint64_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(float& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(double& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(long double& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(std::string& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(std::u16string& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_deserializer::apply_impl(std::u32string& x) {
+  return inner_.apply(x);
+}
+
+} // namespace caf_collective::detail

@@ -1,0 +1,449 @@
+// The byte exchanges of the object collectives. Wire format, per op:
+//
+//   header   int64 [status, size]: status 0 = the payload is the object's
+//            bytes; otherwise an errc and the payload is the text saying why
+//            this rank could not serialize (so every rank can report it).
+//   payload  uint8 [size], moved by the tensor op that fits the collective
+//            (allgatherv, broadcast, gather and scatter padded to the
+//            largest size, send/recv).
+//   verdict  int64 [status, source]: whether this rank could read what it
+//            received (and from whom), agreed by an allgather (collectives)
+//            or sent back to the sender (send/recv).
+//
+// Every tensor op runs with the caller's timeout; its failure (peer_lost,
+// timeout, ...) is rethrown with the object op and phase added.
+#include "caf_collective/object_collectives.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include "caf_collective/group.hpp"
+#include "runtime/lane.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+using header = std::array<int64_t, 2>;
+
+// The largest payload a header may announce: far above any object worth
+// sending through a collective, far below sizes whose allocation would take
+// the process down when a header is corrupted.
+constexpr int64_t max_payload = int64_t{1} << 36;
+
+std::string where(const object_call& call) {
+  return "group '" + call.grp.name() + "' " + std::string{call.op} + " rank " +
+         std::to_string(call.grp.rank()) + "/" +
+         std::to_string(call.grp.world_size()) + ": ";
+}
+
+[[noreturn]] void fail(const object_call& call, errc code,
+                       const std::string& detail) {
+  throw collective_error{make_error(code, where(call) + detail)};
+}
+
+// Runs one tensor op of phase `phase` to completion in the calling thread
+// (inline when the lane is idle, as the blocking API does).
+void run(const object_call& call, const char* phase,
+         const std::function<work()>& submit) {
+  caf::error err;
+  {
+    run_inline_scope allow_inline;
+    err = submit().wait();
+  }
+  if (err)
+    fail(call, code_of(err) != errc{} ? code_of(err) : errc::backend_error,
+         std::string{"while exchanging "} + phase + ": " + render(err));
+}
+
+tensor_view bytes_view(void* data, size_t size) {
+  return tensor_view{data, dtype::uint8, size};
+}
+
+template<class Int>
+tensor_view int64_view(Int& xs) {
+  return tensor_view{xs.data(), dtype::int64, xs.size()};
+}
+
+// What this rank puts on the wire: its bytes, or the text of its failure.
+header prepare(encoded_object& mine) {
+  if (mine.failure) {
+    auto text = render(mine.failure);
+    mine.bytes.assign(text.begin(), text.end());
+    return {static_cast<int64_t>(code_of(mine.failure)),
+            static_cast<int64_t>(mine.bytes.size())};
+  }
+  if (auto& hook = test_hooks().tamper) hook(mine.bytes);
+  return {0, static_cast<int64_t>(mine.bytes.size())};
+}
+
+void between_phases() {
+  if (auto& hook = test_hooks().between_phases) hook();
+}
+
+errc status_code(int64_t status) {
+  auto code = static_cast<errc>(status);
+  return code == errc::invalid_argument || code == errc::mismatch ||
+             code == errc::unsupported
+           ? code
+           : errc::invalid_argument;
+}
+
+size_t checked_size(const object_call& call, int64_t size, int from) {
+  if (size < 0 || size > max_payload)
+    fail(call, errc::mismatch,
+         "rank " + std::to_string(from) + " announced " + std::to_string(size) +
+           " bytes, which no object collective sends (a corrupted header, or "
+           "that rank did not call an object op here)");
+  return static_cast<size_t>(size);
+}
+
+std::string text_of(const char* data, size_t size) {
+  return std::string{data, size};
+}
+
+// The ranks whose header says they could not serialize, with their texts
+// (moved by an allgatherv of the failed ranks' texts only), as one error.
+[[noreturn]] void fail_serialization(const object_call& call,
+                                     const std::vector<header>& headers,
+                                     const encoded_object& mine) {
+  auto world = headers.size();
+  std::vector<size_t> counts(world, 0);
+  std::vector<int> failed;
+  for (size_t r = 0; r < world; ++r)
+    if (headers[r][0] != 0) {
+      counts[r] = checked_size(call, headers[r][1], static_cast<int>(r));
+      failed.push_back(static_cast<int>(r));
+    }
+  size_t total = 0;
+  for (auto c : counts)
+    total += c;
+  std::vector<char> texts(total);
+  auto me = static_cast<size_t>(call.grp.rank());
+  allgatherv_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.counts = counts;
+  auto in = const_cast<char*>(mine.bytes.data());
+  run(call, "the failure texts", [&] {
+    return call.grp.allgatherv(bytes_view(in, counts[me]),
+                               bytes_view(texts.data(), total), opts);
+  });
+  std::string detail =
+    "rank(s) " + list_ranks(failed) + " could not serialize their object:";
+  size_t offset = 0;
+  for (size_t r = 0; r < world; ++r) {
+    if (headers[r][0] == 0) continue;
+    detail += " [rank " + std::to_string(r) + "] " +
+              text_of(texts.data() + offset, counts[r]);
+    offset += counts[r];
+  }
+  fail(call, status_code(headers[static_cast<size_t>(failed[0])][0]), detail);
+}
+
+std::vector<header> allgather_headers(const object_call& call,
+                                      const header& mine) {
+  auto world = static_cast<size_t>(call.grp.world_size());
+  std::vector<int64_t> flat(2 * world, 0);
+  header in = mine;
+  allgather_options opts;
+  opts.timeout = call.opts.timeout;
+  run(call, "the headers", [&] {
+    return call.grp.allgather(int64_view(in), int64_view(flat), opts);
+  });
+  std::vector<header> result(world);
+  for (size_t r = 0; r < world; ++r)
+    result[r] = {flat[2 * r], flat[2 * r + 1]};
+  return result;
+}
+
+bool any_failed(const std::vector<header>& headers) {
+  return std::any_of(headers.begin(), headers.end(),
+                     [](const header& h) { return h[0] != 0; });
+}
+
+void check_rank(const object_call& call, int rank, const char* role) {
+  if (rank < 0 || rank >= call.grp.world_size())
+    fail(call, errc::invalid_argument,
+         std::string{role} + " " + std::to_string(rank) +
+           " is not a rank of a group of " +
+           std::to_string(call.grp.world_size()));
+}
+
+void check_peer(const object_call& call, int peer, const char* role) {
+  check_rank(call, peer, role);
+  if (peer == call.grp.rank())
+    fail(call, errc::invalid_argument,
+         std::string{role} + " " + std::to_string(peer) +
+           " is the caller itself");
+}
+
+// Splits `flat` (blocks of `stride` bytes) into the first `sizes[r]` bytes
+// of each block.
+std::vector<std::vector<char>> split(const std::vector<char>& flat,
+                                     const std::vector<size_t>& sizes,
+                                     size_t stride) {
+  std::vector<std::vector<char>> result(sizes.size());
+  size_t offset = 0;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    auto first = flat.begin() + static_cast<ptrdiff_t>(offset);
+    result[r].assign(first, first + static_cast<ptrdiff_t>(sizes[r]));
+    offset += stride != 0 ? stride : sizes[r];
+  }
+  return result;
+}
+
+} // namespace
+
+object_test_hooks& test_hooks() {
+  thread_local object_test_hooks hooks;
+  return hooks;
+}
+
+std::vector<char> broadcast_bytes(const object_call& call, int root,
+                                  encoded_object mine) {
+  check_rank(call, root, "root");
+  bool is_root = call.grp.rank() == root;
+  header hdr{0, 0};
+  if (is_root) hdr = prepare(mine);
+  broadcast_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.root = root;
+  run(call, "the header", [&] {
+    return call.grp.broadcast(int64_view(hdr), int64_view(hdr), opts);
+  });
+  between_phases();
+  auto size = checked_size(call, hdr[1], root);
+  std::vector<char> bytes =
+    is_root ? std::move(mine.bytes) : std::vector<char>(size);
+  if (size > 0)
+    run(call, "the payload", [&] {
+      auto v = bytes_view(bytes.data(), size);
+      return call.grp.broadcast(v, v, opts);
+    });
+  if (hdr[0] != 0)
+    fail(call, status_code(hdr[0]),
+         "root " + std::to_string(root) + " could not serialize its object: " +
+           text_of(bytes.data(), bytes.size()));
+  return bytes;
+}
+
+std::vector<std::vector<char>> allgather_bytes(const object_call& call,
+                                               encoded_object mine) {
+  auto headers = allgather_headers(call, prepare(mine));
+  between_phases();
+  if (any_failed(headers)) fail_serialization(call, headers, mine);
+  std::vector<size_t> sizes;
+  size_t total = 0;
+  for (size_t r = 0; r < headers.size(); ++r) {
+    sizes.push_back(checked_size(call, headers[r][1], static_cast<int>(r)));
+    total += sizes.back();
+  }
+  std::vector<char> flat(total);
+  if (total > 0) {
+    allgatherv_options opts;
+    opts.timeout = call.opts.timeout;
+    opts.counts = sizes;
+    run(call, "the payloads", [&] {
+      return call.grp.allgatherv(
+        bytes_view(mine.bytes.data(), mine.bytes.size()),
+        bytes_view(flat.data(), total), opts);
+    });
+  }
+  return split(flat, sizes, 0);
+}
+
+std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
+                                            encoded_object mine) {
+  check_rank(call, root, "root");
+  // Every rank learns every size (and every failure): the padded gather
+  // below needs the largest size on every rank.
+  auto headers = allgather_headers(call, prepare(mine));
+  between_phases();
+  if (any_failed(headers)) fail_serialization(call, headers, mine);
+  std::vector<size_t> sizes;
+  size_t widest = 0;
+  for (size_t r = 0; r < headers.size(); ++r) {
+    sizes.push_back(checked_size(call, headers[r][1], static_cast<int>(r)));
+    widest = std::max(widest, sizes.back());
+  }
+  bool is_root = call.grp.rank() == root;
+  std::vector<char> flat(is_root ? widest * sizes.size() : 0);
+  if (widest > 0) {
+    mine.bytes.resize(widest);
+    gather_options opts;
+    opts.timeout = call.opts.timeout;
+    opts.root = root;
+    run(call, "the payloads", [&] {
+      return call.grp.gather(bytes_view(mine.bytes.data(), widest),
+                             bytes_view(flat.data(), flat.size()), opts);
+    });
+  }
+  if (!is_root) return {};
+  return split(flat, sizes, widest);
+}
+
+std::vector<char> scatter_bytes(const object_call& call, int root,
+                                std::vector<encoded_object> parts) {
+  check_rank(call, root, "root");
+  auto world = static_cast<size_t>(call.grp.world_size());
+  bool is_root = call.grp.rank() == root;
+  // Header from the root: [status, text size, size of part 0, ...].
+  std::vector<int64_t> hdr(2 + world, 0);
+  std::vector<char> text;
+  if (is_root) {
+    auto bad =
+      std::find_if(parts.begin(), parts.end(), [](const encoded_object& p) {
+        return static_cast<bool>(p.failure);
+      });
+    if (bad != parts.end()) {
+      auto h = prepare(*bad);
+      hdr[0] = h[0];
+      hdr[1] = h[1];
+      text = std::move(bad->bytes);
+    } else {
+      for (size_t r = 0; r < world; ++r) {
+        auto h = prepare(parts[r]);
+        hdr[2 + r] = h[1];
+      }
+    }
+  }
+  broadcast_options bopts;
+  bopts.timeout = call.opts.timeout;
+  bopts.root = root;
+  run(call, "the header", [&] {
+    return call.grp.broadcast(int64_view(hdr), int64_view(hdr), bopts);
+  });
+  between_phases();
+  if (hdr[0] != 0) {
+    auto size = checked_size(call, hdr[1], root);
+    text.resize(size);
+    if (size > 0)
+      run(call, "the failure text", [&] {
+        auto v = bytes_view(text.data(), size);
+        return call.grp.broadcast(v, v, bopts);
+      });
+    fail(call, status_code(hdr[0]),
+         "root " + std::to_string(root) + " could not serialize its objects: " +
+           text_of(text.data(), text.size()));
+  }
+  std::vector<size_t> sizes;
+  size_t widest = 0;
+  for (size_t r = 0; r < world; ++r) {
+    sizes.push_back(checked_size(call, hdr[2 + r], root));
+    widest = std::max(widest, sizes.back());
+  }
+  std::vector<char> flat;
+  if (is_root) {
+    flat.resize(widest * world);
+    for (size_t r = 0; r < world; ++r)
+      std::copy(parts[r].bytes.begin(), parts[r].bytes.end(),
+                flat.begin() + static_cast<ptrdiff_t>(r * widest));
+  }
+  auto me = static_cast<size_t>(call.grp.rank());
+  std::vector<char> result(widest);
+  if (widest > 0) {
+    scatter_options opts;
+    opts.timeout = call.opts.timeout;
+    opts.root = root;
+    run(call, "the payloads", [&] {
+      return call.grp.scatter(bytes_view(flat.data(), flat.size()),
+                              bytes_view(result.data(), widest), opts);
+    });
+  }
+  result.resize(sizes[me]);
+  return result;
+}
+
+void send_bytes(const object_call& call, int dst, encoded_object mine) {
+  check_peer(call, dst, "destination");
+  auto hdr = prepare(mine);
+  send_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.peer = dst;
+  opts.tag = call.opts.tag;
+  run(call, "the header", [&] { return call.grp.send(int64_view(hdr), opts); });
+  between_phases();
+  if (!mine.bytes.empty())
+    run(call, "the payload", [&] {
+      return call.grp.send(bytes_view(mine.bytes.data(), mine.bytes.size()),
+                           opts);
+    });
+  if (mine.failure)
+    fail(call, code_of(mine.failure),
+         "could not serialize the object: " + render(mine.failure));
+  header verdict{0, 0};
+  recv_options ropts;
+  ropts.timeout = call.opts.timeout;
+  ropts.peer = dst;
+  ropts.tag = call.opts.tag;
+  run(call, "the receiver's verdict",
+      [&] { return call.grp.recv(int64_view(verdict), ropts); });
+  if (verdict[0] != 0)
+    fail(call, errc::mismatch,
+         "rank " + std::to_string(dst) +
+           " could not deserialize the object this rank sent (" +
+           std::to_string(mine.bytes.size()) + " bytes)");
+}
+
+std::vector<char> recv_bytes(const object_call& call, int src) {
+  check_peer(call, src, "source");
+  header hdr{0, 0};
+  recv_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.peer = src;
+  opts.tag = call.opts.tag;
+  run(call, "the header", [&] { return call.grp.recv(int64_view(hdr), opts); });
+  between_phases();
+  auto size = checked_size(call, hdr[1], src);
+  std::vector<char> bytes(size);
+  if (size > 0)
+    run(call, "the payload",
+        [&] { return call.grp.recv(bytes_view(bytes.data(), size), opts); });
+  if (hdr[0] != 0)
+    fail(call, status_code(hdr[0]),
+         "rank " + std::to_string(src) + " could not serialize its object: " +
+           text_of(bytes.data(), bytes.size()));
+  return bytes;
+}
+
+void send_verdict(const object_call& call, int src,
+                  const caf::error& decode_failure) {
+  header verdict{decode_failure ? static_cast<int64_t>(errc::mismatch) : 0,
+                 src};
+  send_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.peer = src;
+  opts.tag = call.opts.tag;
+  run(call, "the verdict",
+      [&] { return call.grp.send(int64_view(verdict), opts); });
+  if (decode_failure)
+    fail(call, errc::mismatch,
+         "the object from rank " + std::to_string(src) +
+           " does not deserialize: " + render(decode_failure));
+}
+
+void agree_on_decoding(const object_call& call, const caf::error& failure,
+                       int source) {
+  header mine{failure ? static_cast<int64_t>(errc::mismatch) : 0,
+              failure ? source : -1};
+  auto verdicts = allgather_headers(call, mine);
+  std::vector<int> failed;
+  std::string sources;
+  for (size_t r = 0; r < verdicts.size(); ++r)
+    if (verdicts[r][0] != 0) {
+      failed.push_back(static_cast<int>(r));
+      sources += (sources.empty() ? "" : ", ") + std::to_string(r) + " <- " +
+                 std::to_string(verdicts[r][1]);
+    }
+  if (failed.empty()) return;
+  std::string detail = "rank(s) " + list_ranks(failed) +
+                       " could not deserialize what they received (reader <- "
+                       "sender: " +
+                       sources + ")";
+  if (failure) detail += "; here: " + render(failure);
+  fail(call, errc::mismatch, detail);
+}
+
+} // namespace caf_collective::detail

@@ -1,0 +1,126 @@
+// One rank of the object-collective process tests: joins a Gloo group
+// through a file store and runs every object op on objects whose size
+// differs per rank.
+//
+// Usage: collective_object_rank_process <world> <rank> <store dir> <mode>
+//   mode "ok":  every op, results checked; exit 0, or 1 on a wrong result.
+//   mode "die": the last rank exits (code 7) in the middle of an
+//               allgather_object, after the headers and before the
+//               payloads; the others exit 3 when the op failed with a lost
+//               peer (or a timeout) naming the op, 1 otherwise.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <caf_collective/object_collectives.hpp>
+
+namespace col = caf_collective;
+
+namespace {
+
+struct shard_plan {
+  std::string owner;
+  std::vector<int64_t> rows;
+  std::map<std::string, double> weights;
+
+  bool operator==(const shard_plan&) const = default;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_plan& x) {
+  return f(caf::meta::type_name("shard_plan"), x.owner, x.rows, x.weights);
+}
+
+shard_plan plan_of(int rank) {
+  shard_plan p;
+  p.owner = "rank-" + std::to_string(rank);
+  for (int i = 0; i < 1000 * rank + 3; ++i)
+    p.rows.push_back(int64_t{i} * (rank + 1));
+  for (int i = 0; i <= rank; ++i)
+    p.weights["w" + std::to_string(i)] = 0.5 * i + rank;
+  return p;
+}
+
+int failures = 0;
+
+void expect(bool cond, const std::string& what, int rank) {
+  if (!cond) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+    ++failures;
+  }
+}
+
+void run_every_op(int world, int rank) {
+  auto all = col::allgather_object(plan_of(rank), "objs");
+  expect(all.size() == static_cast<size_t>(world), "allgather size", rank);
+  for (int r = 0; r < world && r < static_cast<int>(all.size()); ++r)
+    expect(all[static_cast<size_t>(r)] == plan_of(r),
+           "allgather object of rank " + std::to_string(r), rank);
+  auto root_plan = rank == world - 1 ? plan_of(9) : shard_plan{};
+  col::broadcast_object(root_plan, world - 1, "objs");
+  expect(root_plan == plan_of(9), "broadcast", rank);
+  auto gathered = col::gather_object(plan_of(rank), 0, "objs");
+  if (rank == 0)
+    for (int r = 0; r < world; ++r)
+      expect(static_cast<int>(gathered.size()) == world &&
+               gathered[static_cast<size_t>(r)] == plan_of(r),
+             "gather object of rank " + std::to_string(r), rank);
+  std::vector<shard_plan> parts;
+  if (rank == 0)
+    for (int r = 0; r < world; ++r)
+      parts.push_back(plan_of(world - r));
+  expect(col::scatter_object(parts, 0, "objs") == plan_of(world - rank),
+         "scatter", rank);
+  if (world > 1) {
+    if (rank == 0) col::send_object(plan_of(5), world - 1, "objs");
+    if (rank == world - 1)
+      expect(col::recv_object<shard_plan>(0, "objs") == plan_of(5), "recv",
+             rank);
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s <world> <rank> <store dir> <ok|die>\n",
+                 argv[0]);
+    return 2;
+  }
+  int world = std::atoi(argv[1]);
+  int rank = std::atoi(argv[2]);
+  std::string mode = argv[4];
+  col::init_options opts;
+  opts.store = col::make_file_store(argv[3]);
+  opts.timeout = std::chrono::seconds{20};
+  try {
+    col::init_collective_group(world, rank, "gloo", "objs", opts);
+    if (mode == "ok") {
+      run_every_op(world, rank);
+      col::barrier("objs");
+      col::destroy_collective_group("objs");
+      return failures == 0 ? 0 : 1;
+    }
+    if (rank == world - 1)
+      col::detail::test_hooks().between_phases = [] { _exit(7); };
+    col::allgather_object(plan_of(rank), "objs");
+    std::fprintf(stderr,
+                 "rank %d: allgather_object succeeded without rank %d\n", rank,
+                 world - 1);
+    return 1;
+  } catch (const col::collective_error& e) {
+    std::string text = e.what();
+    bool expected =
+      mode == "die" &&
+      (e.code() == col::errc::peer_lost || e.code() == col::errc::timeout) &&
+      text.find("allgather_object") != std::string::npos;
+    std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+    return expected ? 3 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,46 @@
+// Object collectives between ranks in separate processes (real sockets,
+// a file store), and a rank that dies in the middle of an object op.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "process_support.hpp"
+
+namespace {
+
+pid_t spawn_rank(int world, int rank, const test::temp_dir& dir,
+                 const char* mode) {
+  return test::spawn_process(
+    CAF_COLLECTIVE_OBJECT_RANK_PROCESS,
+    {std::to_string(world), std::to_string(rank), dir.path.string(), mode});
+}
+
+std::vector<int> run_processes(int world, const char* mode) {
+  test::temp_dir dir;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r)
+    pids.push_back(spawn_rank(world, r, dir, mode));
+  std::vector<int> codes;
+  for (auto pid : pids)
+    codes.push_back(test::wait_process(pid, std::chrono::seconds{90}));
+  return codes;
+}
+
+} // namespace
+
+TEST_CASE("object ops between 3 processes move objects of every size") {
+  auto codes = run_processes(3, "ok");
+  for (size_t r = 0; r < codes.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(codes[r] == 0);
+  }
+}
+
+TEST_CASE("a rank that dies inside allgather_object fails the others with "
+          "a lost peer") {
+  auto codes = run_processes(3, "die");
+  REQUIRE(codes.size() == 3);
+  CHECK(codes[2] == 7); // the rank died where the hook put it
+  CHECK(codes[0] == 3); // peer_lost or timeout, naming allgather_object
+  CHECK(codes[1] == 3);
+}
