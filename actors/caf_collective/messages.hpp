@@ -82,6 +82,19 @@ constexpr const char* default_backend = "auto";
 /// or "auto". (Whether nccl is built in is the members' to say.)
 bool is_backend_name(const std::string& name);
 
+/// Who starts a group's ops. A group takes them from one source only, so
+/// that every rank runs them in one order: ops of a driver-run group come
+/// from its driver's start messages, ops of a members-run group from the
+/// members' own handlers (member_ops.hpp). The other source is refused with
+/// errc::unsupported before any data moves.
+enum class op_source : uint8_t { driver, members };
+
+/// "driver" or "members".
+const char* to_cstr(op_source x);
+
+/// Whether `x` is one of op_source's enumerators (it crosses the network).
+bool is_valid(op_source x);
+
 // -- messages -----------------------------------------------------------------
 
 /// A member's place in one group, fixed when the member is spawned (or
@@ -99,12 +112,14 @@ struct membership {
   /// Fault injection for tests (c10d's delaying-backend idea): this member
   /// waits this long before running each op. 0 in real use.
   int64_t start_delay_ms = 0;
+  /// Where the group's ops come from; every rank must say the same.
+  op_source ops_from = op_source::driver;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, membership& x) {
   return f(caf::meta::type_name("membership"), x.group, x.rank, x.world_size,
-           x.backend, x.timeout_ms, x.start_delay_ms);
+           x.backend, x.timeout_ms, x.start_delay_ms, x.ops_from);
 }
 
 /// Options of a driver-orchestrated op; fields an op does not use are

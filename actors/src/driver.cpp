@@ -15,6 +15,8 @@
 #include "caf_collective/log.hpp"
 #include "caf_collective/rendezvous_actor.hpp"
 
+#include "layouts.hpp"
+
 namespace caf_collective {
 
 namespace {
@@ -68,6 +70,7 @@ struct group_entry {
   std::string backend_in_use; // what every rank got; empty until formed
   std::vector<std::string> backends; // per rank, from its ready message
   int64_t timeout_ms = 0;
+  op_source ops_from = op_source::driver;
   std::vector<caf::actor> members;
   std::vector<std::string> nodes;
   std::vector<bool> ready;
@@ -276,19 +279,11 @@ caf::error validate(const group_entry& g, pending_op& op) {
                    std::to_string(ws));
     return {};
   };
-  // The layout of a 1/W slice: split the leading extent when it divides.
   auto slice_shape = [&](const object_ref& ref) {
-    shape_type s = ref.shape;
-    if (!s.empty() && s[0] % ws == 0)
-      s[0] /= ws;
-    else
-      s = {static_cast<int64_t>(ref.numel() / W)};
-    return s;
+    return detail::slice_shape(ref.shape, ref.numel(), ws);
   };
   auto stacked = [&](const object_ref& ref) {
-    shape_type s{ws};
-    s.insert(s.end(), ref.shape.begin(), ref.shape.end());
-    return s;
+    return detail::stacked_shape(ref.shape, ws);
   };
   op.takes_part.assign(W, !p2p);
   if (p2p) op.takes_part[p.root] = op.takes_part[p.peer] = true;
@@ -662,13 +657,15 @@ void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
 // registration or its declaration, and starts its formation deadline.
 group_entry& open_group(driver_ptr self, const std::string& name,
                         int32_t world_size, const std::string& backend,
-                        int64_t timeout_ms) {
+                        int64_t timeout_ms,
+                        op_source ops_from = op_source::driver) {
   auto& g = self->state.groups[name];
   g.name = name;
   g.gen = self->state.next_gen++;
   g.world_size = world_size;
   g.backend = backend;
   g.timeout_ms = timeout_ms;
+  g.ops_from = ops_from;
   g.members.resize(world_size);
   g.nodes.resize(world_size);
   g.ready.assign(world_size, false);
@@ -687,6 +684,9 @@ std::string membership_problem(const membership& m) {
            std::to_string(m.world_size) + ")";
   if (auto problem = backend_problem(m.backend); !problem.empty())
     return problem;
+  if (!is_valid(m.ops_from))
+    return "ops_from " + std::to_string(static_cast<int>(m.ops_from)) +
+           " is neither driver nor members";
   return timeout_problem(m.timeout_ms, false);
 }
 
@@ -703,10 +703,10 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
     return;
   }
   auto i = self->state.groups.find(m.group);
-  auto& g =
-    i != self->state.groups.end()
-      ? i->second
-      : open_group(self, m.group, m.world_size, m.backend, m.timeout_ms);
+  auto& g = i != self->state.groups.end()
+              ? i->second
+              : open_group(self, m.group, m.world_size, m.backend, m.timeout_ms,
+                           m.ops_from);
   if (g.state != group_state::forming) {
     reject(make_error(errc::duplicate_group,
                       "group '" + m.group + "' exists and is " +
@@ -715,15 +715,17 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
   }
   auto held = std::find(g.members.begin(), g.members.end(), member);
   if (m.world_size != g.world_size || m.backend != g.backend ||
+      m.ops_from != g.ops_from ||
       (g.members[m.rank] && g.members[m.rank] != member) ||
       (held != g.members.end() && held - g.members.begin() != m.rank)) {
-    reject(group_error(errc::mismatch, g,
-                       "registration of rank " + std::to_string(m.rank) +
-                         " (world size " + std::to_string(m.world_size) +
-                         ", backend " + m.backend +
-                         ") conflicts with the group (world size " +
-                         std::to_string(g.world_size) + ", backend " +
-                         g.backend + ") or a rank taken already"));
+    reject(group_error(
+      errc::mismatch, g,
+      "registration of rank " + std::to_string(m.rank) + " (world size " +
+        std::to_string(m.world_size) + ", backend " + m.backend +
+        ", ops from " + to_cstr(m.ops_from) +
+        ") conflicts with the group (world size " +
+        std::to_string(g.world_size) + ", backend " + g.backend +
+        ", ops from " + to_cstr(g.ops_from) + ") or a rank taken already"));
     return;
   }
   g.members[m.rank] = member;
@@ -957,6 +959,11 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
       auto& g = i->second;
       if (g.state == group_state::broken || g.state == group_state::failed)
         return g.reason;
+      if (g.ops_from != op_source::driver)
+        return group_error(errc::unsupported, g, req.op, -1, -1,
+                           "the group takes its ops from its members "
+                           "(ops_from = members); the driver refuses op "
+                           "requests on it");
       pending_op op;
       op.id = self->state.next_op_id++;
       op.req = std::move(req);

@@ -5,13 +5,19 @@
 
 #include <map>
 #include <memory>
+#include <numeric>
+#include <optional>
 
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "caf_collective/member_ops.hpp"
 #include "caf_collective/object_store.hpp"
 #include "caf_collective/rendezvous_actor.hpp"
+
+#include "layouts.hpp"
+#include "op_plan.hpp"
 
 namespace caf_collective {
 
@@ -21,12 +27,17 @@ using formed_atom = caf::atom_constant<caf::atom("col_formed")>;
 using done_atom = caf::atom_constant<caf::atom("col_done")>;
 using submit_atom = caf::atom_constant<caf::atom("col_submit")>;
 
-// One op between start and completion. The pins keep the input and output
-// memory alive even if a client releases the refs meanwhile.
+using detail::op_plan;
+
+// One op between start and completion, by the driver or by the member. The
+// pins keep the input and output memory alive even if a client releases
+// the refs meanwhile.
 struct inflight {
-  start_msg msg;
+  op_plan plan;
+  object_ref in_ref;
   pinned_tensor in;
   std::shared_ptr<tensor> out;
+  dtype type_hint = dtype::float32;
   caf::response_promise rp;
 };
 
@@ -36,123 +47,140 @@ struct member_group {
   group_ptr grp;
   std::string state = "registered";
   caf::error reason;
-  std::map<uint64_t, inflight> ops; // by seq
+  // By key: the driver's sequence number for driver-run groups, the
+  // member's own count for members-run groups (a group has one source).
+  std::map<uint64_t, inflight> ops;
+  uint64_t next_own_key = 0;
 };
+
+// Lets go of a group without blocking the calling scheduler thread: a
+// healthy group's teardown meets its peers (up to 5 s on Gloo), so it runs
+// on the group's own lane; a group with ops in flight is aborted first.
+void let_go(const std::string& name, member_group& g) {
+  if (!g.grp) return;
+  if (!g.ops.empty()) g.grp->abort("member of group '" + name + "' terminated");
+  group::release_on_lane(std::move(g.grp));
+}
 
 struct member_state {
   driver_actor driver;
   object_store_ptr store;
   std::map<std::string, member_group> groups;
 
-  // Aborting first makes the group's destructor return quickly: it would
-  // otherwise drain running ops, on whatever thread drops the last ref.
   ~member_state() {
     for (auto& [name, g] : groups)
-      if (g.grp && !g.ops.empty())
-        g.grp->abort("member of group '" + name + "' terminated");
+      let_go(name, g);
   }
 };
 
-bool in_place(op_kind op) {
-  return op == op_kind::allreduce || op == op_kind::broadcast ||
-         op == op_kind::reduce;
+error_context context_of(const member_group& g, op_kind op) {
+  return error_context{g.m.group, op, -1, g.m.rank, g.m.world_size};
 }
 
-milliseconds deadline_of(const start_msg& msg) {
-  return milliseconds{msg.params.timeout_ms};
+// The error a member-initiated op gets when its group cannot take it, or
+// none.
+caf::error refuse_member_op(const member_group* g, const std::string& name,
+                            const member_op& req) {
+  if (!g || !g->grp)
+    return make_error(errc::unknown_group,
+                      "member-initiated " + std::string{to_string(req.op)} +
+                        ": this member is not in group '" + name + "'");
+  if (!is_valid(req.op))
+    return make_error(errc::invalid_argument,
+                      "member-initiated op on group '" + name + "': " +
+                        "op kind " + std::to_string(static_cast<int>(req.op)) +
+                        " is not one of the collective or point-to-point ops");
+  if (g->m.ops_from != op_source::members)
+    return make_error(errc::unsupported, context_of(*g, req.op),
+                      "the group takes its ops from its driver "
+                      "(membership ops_from = driver); spawn its members "
+                      "with ops_from = members to start ops from handlers");
+  if (g->state != "ready")
+    return g->reason ? g->reason
+                     : make_error(errc::aborted, context_of(*g, req.op),
+                                  "group is " + g->state);
+  return {};
 }
 
-// Submits one op to the group's lane; the caller attaches the completion.
-work submit(group& g, const start_msg& msg, const tensor_view& in,
-            const tensor_view& out) {
-  auto rank = g.rank();
-  auto ws = static_cast<size_t>(g.world_size());
-  const auto& p = msg.params;
-  auto t = deadline_of(msg);
-  switch (msg.op) {
-    case op_kind::allreduce: {
-      allreduce_options o;
-      o.timeout = t;
-      o.op = p.op;
-      o.algorithm = p.algorithm;
-      return g.allreduce(in, in, o);
-    }
-    case op_kind::broadcast: {
-      broadcast_options o;
-      o.timeout = t;
-      o.root = p.root;
-      return g.broadcast(in, in, o);
-    }
-    case op_kind::reduce: {
-      reduce_options o;
-      o.timeout = t;
-      o.root = p.root;
-      o.op = p.op;
-      return g.reduce(in, in, o);
-    }
-    case op_kind::allgather: {
-      allgather_options o;
-      o.timeout = t;
-      return g.allgather(in, out, o);
-    }
-    case op_kind::allgatherv: {
-      allgatherv_options o;
-      o.timeout = t;
-      o.counts.assign(p.counts.begin(), p.counts.end());
-      return g.allgatherv(in, out, o);
-    }
-    case op_kind::gather: {
-      gather_options o;
-      o.timeout = t;
-      o.root = p.root;
-      return g.gather(in, out, o);
-    }
-    case op_kind::scatter: {
-      scatter_options o;
-      o.timeout = t;
-      o.root = p.root;
-      return g.scatter(in, out, o);
-    }
-    case op_kind::reduce_scatter: {
-      reduce_scatter_options o;
-      o.timeout = t;
-      o.op = p.op;
-      return g.reduce_scatter(in, out, o);
-    }
-    case op_kind::alltoall: {
-      alltoall_options o;
-      o.timeout = t;
-      return g.alltoall(in, out, o);
-    }
-    case op_kind::alltoallv: {
-      alltoallv_options o;
-      o.timeout = t;
-      for (size_t j = 0; j < ws; ++j) {
-        o.send_counts.push_back(p.counts[rank * ws + j]);
-        o.recv_counts.push_back(p.counts[j * ws + rank]);
-      }
-      return g.alltoallv(in, out, o);
-    }
-    case op_kind::barrier: {
-      barrier_options o;
-      o.timeout = t;
-      return g.barrier(o);
-    }
-    case op_kind::send:
-    case op_kind::recv: {
-      if (rank == p.root) {
-        send_options o;
-        o.timeout = t;
-        o.peer = p.peer;
-        return g.send(in, o);
-      }
-      recv_options o;
-      o.timeout = t;
-      o.peer = p.root;
-      return g.recv(out, o);
-    }
+// Turns a member's own request into what its lane runs: pins the input,
+// allocates the output (same layouts as the driver computes) and puts
+// send/recv into the driver's form (root = source, peer = destination).
+caf::expected<inflight> plan_member_op(const member_group& g,
+                                       const object_store_ptr& store,
+                                       const member_op& req) {
+  auto ctx = context_of(g, req.op);
+  auto rank = g.m.rank;
+  auto ws = g.m.world_size;
+  inflight op;
+  op.plan.op = req.op;
+  op.plan.params = req.params;
+  op.plan.tag = req.tag;
+  op.plan.send_counts.assign(req.send_counts.begin(), req.send_counts.end());
+  op.plan.recv_counts.assign(req.recv_counts.begin(), req.recv_counts.end());
+  auto& p = op.plan.params;
+  if (req.op == op_kind::send) {
+    p.root = rank;
+  } else if (req.op == op_kind::recv) {
+    if (req.params.peer == rank)
+      return make_error(errc::invalid_argument, ctx,
+                        "recv from rank " + std::to_string(rank) +
+                          ", the caller itself");
+    p.root = req.params.peer;
+    p.peer = rank;
   }
-  return work::completed(msg.seq, make_error(errc::unsupported, "unknown op"));
+  bool without_input = req.op == op_kind::barrier || req.op == op_kind::recv ||
+                       (req.op == op_kind::scatter && rank != p.root);
+  if (!without_input && !req.in.valid())
+    return make_error(errc::invalid_argument, ctx, "names no object");
+  if (req.in.valid()) {
+    if (req.in.node != store->node())
+      return make_error(errc::unknown_object, ctx,
+                        "object " + std::to_string(req.in.id) +
+                          " lives on node " + req.in.node +
+                          ", not on this member's node " + store->node());
+    auto pin = store->pin(req.in);
+    if (!pin) return std::move(pin.error());
+    op.in = std::move(*pin);
+    op.in_ref = req.in;
+  }
+  bool needs_layout = req.op == op_kind::recv || req.op == op_kind::scatter;
+  if (needs_layout && !req.has_layout)
+    return make_error(errc::invalid_argument, ctx,
+                      "needs the layout of its output");
+  op.type_hint = op.in ? op.in->type() : req.layout.type;
+  std::optional<shape_type> out_shape;
+  const shape_type none;
+  const auto& in_shape = op.in ? op.in->shape() : none;
+  auto sum = [](const auto& xs) {
+    return static_cast<int64_t>(
+      std::accumulate(xs.begin(), xs.end(), uint64_t{0}));
+  };
+  switch (req.op) {
+    case op_kind::allgather:
+      out_shape = detail::stacked_shape(in_shape, ws);
+      break;
+    case op_kind::gather:
+      if (rank == p.root) out_shape = detail::stacked_shape(in_shape, ws);
+      break;
+    case op_kind::allgatherv: out_shape = shape_type{sum(p.counts)}; break;
+    case op_kind::reduce_scatter:
+      out_shape = detail::slice_shape(in_shape, op.in->numel(), ws);
+      break;
+    case op_kind::alltoall: out_shape = in_shape; break;
+    case op_kind::alltoallv:
+      out_shape = shape_type{sum(req.recv_counts)};
+      break;
+    case op_kind::scatter:
+    case op_kind::recv: out_shape = req.layout.shape; break;
+    default: break;
+  }
+  if (out_shape) {
+    auto dev = op.in ? op.in->dev() : device::cpu();
+    auto out = tensor::empty(op.type_hint, *out_shape, dev);
+    if (!out) return std::move(out.error());
+    op.out = std::make_shared<tensor>(std::move(*out));
+  }
+  return op;
 }
 
 } // namespace
@@ -165,7 +193,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   auto node = node_name(self->system());
   auto join = [self, st, node](membership m) {
     auto& g = st->groups[m.group];
-    if (g.grp) g.grp->abort("membership replaced by a new join");
+    if (g.grp) {
+      g.grp->abort("membership replaced by a new join");
+      group::release_on_lane(std::move(g.grp));
+    }
     g = member_group{};
     g.m = m;
     self->send(st->driver, reg_atom::value, std::move(m), node);
@@ -175,10 +206,9 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   // The state dies with the actor, whichever way it exits.
   self->attach_functor([st](const caf::error&) {
     // Only a member with ops in flight aborts: an idle group tears down
-    // cleanly and its peers see no spurious failure.
+    // cleanly (on its lane) and its peers see no spurious failure.
     for (auto& [name, g] : st->groups)
-      if (g.grp && !g.ops.empty())
-        g.grp->abort("member of group '" + name + "' terminated");
+      let_go(name, g);
     st->groups.clear();
   });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
@@ -197,8 +227,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.rp.deliver(std::move(err));
       return;
     }
-    if (in_place(op.msg.op) || !op.out) {
-      op.rp.deliver(in_place(op.msg.op) ? op.msg.in : object_ref{});
+    if (detail::in_place(op.plan.op) || !op.out) {
+      op.rp.deliver(detail::in_place(op.plan.op) ? op.in_ref : object_ref{});
       return;
     }
     auto ref = st->store->put(std::move(*op.out));
@@ -216,17 +246,25 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     auto j = g.ops.find(seq);
     if (j == g.ops.end() || !g.grp) return;
     auto& op = j->second;
-    auto dtype_hint = op.in ? op.in->type() : op.msg.out_type;
     tensor_view in =
-      op.in ? op.in->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
+      op.in ? op.in->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
     tensor_view out =
-      op.out ? op.out->view() : tensor_view{nullptr, dtype_hint, size_t{0}};
-    auto w = submit(*g.grp, op.msg, in, out);
+      op.out ? op.out->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
+    auto w = detail::submit_plan(*g.grp, op.plan, seq, in, out);
     auto gen = g.gen;
     w.on_complete([addr, name, gen, seq](const caf::error& err) {
       if (auto hdl = caf::actor_cast<caf::actor>(addr))
         caf::anon_send(hdl, done_atom::value, name, gen, seq, err);
     });
+  };
+  // Runs the op now, or after the member's fault-injection delay.
+  auto enqueue = [=](member_group& g, uint64_t key, inflight op) {
+    g.ops.emplace(key, std::move(op));
+    if (g.m.start_delay_ms > 0)
+      self->delayed_send(self, milliseconds{g.m.start_delay_ms},
+                         submit_atom::value, g.m.group, key);
+    else
+      launch(g.m.group, key);
   };
   return {
     [=](join_atom, membership& m) { join(std::move(m)); },
@@ -292,6 +330,11 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (!g || !g->grp)
         return make_error(errc::unknown_group,
                           "member is not in group '" + msg.group + "'");
+      if (g->m.ops_from != op_source::driver)
+        return make_error(errc::unsupported, context_of(*g, msg.op),
+                          "the group takes its ops from its members "
+                          "(membership ops_from = members), not from a "
+                          "driver");
       inflight op;
       if (msg.in.valid()) {
         auto pin = st->store->pin(msg.in);
@@ -304,17 +347,20 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         if (!out) return std::move(out.error());
         op.out = std::make_shared<tensor>(std::move(*out));
       }
-      auto seq = msg.seq;
+      op.plan = detail::plan_of(msg, g->m.rank, g->m.world_size);
+      op.in_ref = std::move(msg.in);
+      op.type_hint = op.in ? op.in->type() : msg.out_type;
       op.rp = self->make_response_promise();
-      op.msg = std::move(msg);
-      auto delay = g->m.start_delay_ms;
-      auto name = op.msg.group;
-      g->ops.emplace(seq, std::move(op));
-      if (delay > 0)
-        self->delayed_send(self, milliseconds{delay}, submit_atom::value, name,
-                           seq);
-      else
-        launch(name, seq);
+      enqueue(*g, msg.seq, std::move(op));
+      return caf::delegated<object_ref>{};
+    },
+    [=](member_op& req) -> caf::result<object_ref> {
+      auto g = find(req.group, 0);
+      if (auto err = refuse_member_op(g, req.group, req)) return err;
+      auto planned = plan_member_op(*g, st->store, req);
+      if (!planned) return std::move(planned.error());
+      planned->rp = self->make_response_promise();
+      enqueue(*g, ++g->next_own_key, std::move(*planned));
       return caf::delegated<object_ref>{};
     },
     [=](submit_atom, const std::string& name, uint64_t seq) {
@@ -340,8 +386,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     [=](leave_atom, const std::string& name) {
       auto i = st->groups.find(name);
       if (i == st->groups.end()) return;
-      if (i->second.grp)
+      if (i->second.grp) {
         i->second.grp->abort("group '" + name + "' was destroyed");
+        group::release_on_lane(std::move(i->second.grp));
+      }
       for (auto& [seq, op] : i->second.ops)
         op.rp.deliver(
           make_error(errc::aborted, "group '" + name + "' was destroyed"));

@@ -10,6 +10,7 @@
 #include <caf/runtime_settings_map.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/member_ops.hpp"
 
 namespace caf_collective {
 
@@ -20,11 +21,20 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<membership>>(
     "std::vector<caf_collective::membership>");
   cfg.add_message_type<op_params>("caf_collective::op_params");
+  cfg.add_message_type<member_op>("caf_collective::member_op");
   cfg.add_message_type<op_request>("caf_collective::op_request");
   cfg.add_message_type<op_result>("caf_collective::op_result");
   cfg.add_message_type<start_msg>("caf_collective::start_msg");
   cfg.add_message_type<group_status>("caf_collective::group_status");
   cfg.add_message_type<std::vector<caf::actor>>("std::vector<caf::actor>");
+}
+
+const char* to_cstr(op_source x) {
+  return x == op_source::members ? "members" : "driver";
+}
+
+bool is_valid(op_source x) {
+  return x == op_source::driver || x == op_source::members;
 }
 
 bool is_backend_name(const std::string& name) {

@@ -85,6 +85,11 @@ class group : public std::enable_shared_from_this<group> {
   /// destroy_collective_group from a thread that may block.
   ~group();
 
+  /// Lets go of `g` without blocking the caller: the reference is dropped
+  /// on the group's own lane, so that if it is the last one the teardown
+  /// above runs there. Actors drop their groups this way.
+  static void release_on_lane(std::shared_ptr<group> g);
+
   group(const group&) = delete;
   group& operator=(const group&) = delete;
 

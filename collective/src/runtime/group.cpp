@@ -45,6 +45,12 @@ group::~group() {
   lane_.reset();
 }
 
+void group::release_on_lane(std::shared_ptr<group> g) {
+  if (!g) return;
+  auto* target = g->lane_.get();
+  target->post([keep = std::move(g)]() mutable { keep.reset(); });
+}
+
 caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
                                                   work* formed) {
   if (auto err = detail::validate_config(cfg)) return err;

@@ -1,0 +1,514 @@
+// Member-initiated collectives over real groups: members start ops from
+// their own handlers (member_ops.hpp) and get the results as responses.
+// Groups ask for "auto" (shm here: every member is in this process) unless a
+// test names gloo.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <memory>
+#include <numeric>
+
+#include <caf/all.hpp>
+
+#include <caf_collective/client.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/member.hpp>
+#include <caf_collective/member_ops.hpp>
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+using run_atom = caf::atom_constant<caf::atom("t_run")>;
+using scale_atom = caf::atom_constant<caf::atom("t_scale")>;
+using op_atom = caf::atom_constant<caf::atom("t_op")>;
+
+caf::actor_system_config& prepare(caf::actor_system_config& cfg, int threads) {
+  col::add_message_types(cfg);
+  if (threads > 0) cfg.set("scheduler.max-threads", threads);
+  return cfg;
+}
+
+col::membership members_run(std::string name, int rank, int ws,
+                            std::string backend = col::default_backend) {
+  col::membership m;
+  m.group = std::move(name);
+  m.rank = rank;
+  m.world_size = ws;
+  m.backend = std::move(backend);
+  m.timeout_ms = 10000;
+  m.ops_from = col::op_source::members;
+  return m;
+}
+
+col::object_ref put_floats(caf::actor_system& sys, std::vector<float> xs) {
+  auto ref = col::local_store(sys)->put(col::tensor::from_vector(xs));
+  REQUIRE(ref);
+  return *ref;
+}
+
+std::vector<float> floats_of(caf::actor_system& sys,
+                             const col::object_ref& ref) {
+  auto view = col::local_store(sys)->get(ref);
+  if (!view) return {};
+  auto p = static_cast<const float*>(view->data());
+  return {p, p + view->numel()};
+}
+
+// Answers the scale of each step: members ask it between their ops, so the
+// test fails if a member's op kept other actors from running.
+caf::behavior scaler(caf::event_based_actor*) {
+  return {
+    [](scale_atom, int32_t step) { return static_cast<float>(step % 5); }};
+}
+
+// A member that, on (run, steps), allreduces a fresh tensor per step:
+// rank r contributes (r + 1) * scale(step) in each of 16 elements, so every
+// element of the result is scale(step) * ws * (ws + 1) / 2. Answers the
+// number of steps whose result was right. Pings are answered meanwhile.
+caf::behavior looping_member(caf::event_based_actor* self, int32_t rank,
+                             int32_t ws, caf::actor scale_source) {
+  return {
+    [](caf::ping_atom) { return caf::pong_atom::value; },
+    [=](run_atom, int32_t steps) -> caf::result<int32_t> {
+      auto rp = self->make_response_promise<int32_t>();
+      auto good = std::make_shared<int32_t>(0);
+      auto step = std::make_shared<std::function<void(int32_t)>>();
+      *step = [=](int32_t i) mutable {
+        if (i == steps) {
+          rp.deliver(*good);
+          *step = nullptr; // breaks the cycle through the captured step
+          return;
+        }
+        self->request(scale_source, 10s, scale_atom::value, i)
+          .then([=](float scale) mutable {
+            auto ref = put_floats(self->system(),
+                                  std::vector<float>(16, (rank + 1) * scale));
+            col::collectives(self, "loop")
+              .allreduce(ref)
+              .then(
+                [=](col::object_ref& out) mutable {
+                  auto want = scale * ws * (ws + 1) / 2.0f;
+                  auto got = floats_of(self->system(), out);
+                  if (got.size() == 16 &&
+                      std::all_of(got.begin(), got.end(),
+                                  [&](float x) { return x == want; }))
+                    ++*good;
+                  col::local_store(self->system())->release(out);
+                  (*step)(i + 1);
+                },
+                [=](caf::error& err) mutable {
+                  rp.deliver(std::move(err));
+                  *step = nullptr;
+                });
+          });
+      };
+      (*step)(0);
+      return rp;
+    },
+  };
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  col::driver_actor driver;
+  std::vector<caf::actor> actors;
+
+  explicit fixture(int threads = 0)
+    : sys(prepare(cfg, threads)), driver(col::spawn_driver(sys)) {
+    // nop
+  }
+
+  ~fixture() {
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  }
+
+  template<class Fun, class... Ts>
+  caf::actor member(col::membership m, Fun fun, Ts... xs) {
+    auto x = col::spawn_member(sys, driver, {std::move(m)}, fun, xs...);
+    actors.push_back(x);
+    return x;
+  }
+};
+
+std::string text(const caf::error& err) {
+  return col::render(err);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+void run_loop(int threads) {
+  fixture f{threads};
+  caf::scoped_actor self{f.sys};
+  auto scale = f.sys.spawn(scaler);
+  f.actors.push_back(scale);
+  constexpr int ws = 4;
+  constexpr int32_t steps = 200;
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < ws; ++r)
+    ms.push_back(
+      f.member(members_run("loop", r, ws), looping_member, r, ws, scale));
+  REQUIRE(!col::await_group(self, f.driver, "loop", 15s));
+  // Ranks 0-2 start and wait inside their first op for rank 3: they must
+  // still answer a ping (no scheduler thread is blocked by a waiting op).
+  for (int r = 0; r < ws - 1; ++r)
+    self->send(ms[r], run_atom::value, steps);
+  for (int r = 0; r < ws - 1; ++r)
+    self->request(ms[r], 10s, caf::ping_atom::value)
+      .receive([](caf::pong_atom) {},
+               [&](caf::error& err) { FAIL("no pong: " << text(err)); });
+  self->send(ms[ws - 1], run_atom::value, steps);
+  int finished = 0;
+  self->receive_for(finished, ws)(
+    [&](int32_t good) { CHECK(good == steps); },
+    [&](caf::error& err) { FAIL("run failed: " << text(err)); },
+    caf::after(60s) >> [&] { FAIL("runs did not finish within 60 s"); });
+}
+
+} // namespace
+
+TEST_CASE("4 members run 200 allreduce steps from their handlers while "
+          "other actors answer, on 1 scheduler thread") {
+  run_loop(1);
+}
+
+TEST_CASE("4 members run 200 allreduce steps from their handlers while "
+          "other actors answer, on 2 scheduler threads") {
+  run_loop(2);
+}
+
+namespace {
+
+// A member that runs one op on (op, kind, input values, root/peer) and
+// answers the output's values (empty for ops without output here).
+caf::behavior one_op_member(caf::event_based_actor* self, int32_t rank,
+                            std::string group) {
+  return {
+    [=](op_atom, col::op_kind kind, std::vector<float> xs,
+        int32_t root) -> caf::result<std::vector<float>> {
+      auto rp = self->make_response_promise<std::vector<float>>();
+      auto grp = col::collectives(self, group);
+      col::object_ref ref;
+      if (!xs.empty()) ref = put_floats(self->system(), xs);
+      auto deliver = [=](col::object_ref& out) mutable {
+        rp.deliver(out.valid() ? floats_of(self->system(), out)
+                               : std::vector<float>{});
+      };
+      auto fail = [=](caf::error& err) mutable { rp.deliver(std::move(err)); };
+      auto n = static_cast<int64_t>(xs.size());
+      switch (kind) {
+        case col::op_kind::allreduce:
+          grp.allreduce(ref).then(deliver, fail);
+          break;
+        case col::op_kind::broadcast: {
+          col::broadcast_options o;
+          o.root = root;
+          grp.broadcast(ref, o).then(deliver, fail);
+          break;
+        }
+        case col::op_kind::reduce: {
+          col::reduce_options o;
+          o.root = root;
+          o.op = col::reduce_op::max;
+          grp.reduce(ref, o).then(deliver, fail);
+          break;
+        }
+        case col::op_kind::allgather:
+          grp.allgather(ref).then(deliver, fail);
+          break;
+        case col::op_kind::gather: {
+          col::gather_options o;
+          o.root = root;
+          grp.gather(ref, o).then(deliver, fail);
+          break;
+        }
+        case col::op_kind::scatter: {
+          col::scatter_options o;
+          o.root = root;
+          // Every rank is told the slice layout: 2 elements.
+          grp
+            .scatter(rank == root ? ref : col::object_ref{},
+                     {col::dtype::float32, {2}}, o)
+            .then(deliver, fail);
+          break;
+        }
+        case col::op_kind::reduce_scatter:
+          grp.reduce_scatter(ref).then(deliver, fail);
+          break;
+        case col::op_kind::alltoall:
+          grp.alltoall(ref).then(deliver, fail);
+          break;
+        case col::op_kind::barrier: grp.barrier().then(deliver, fail); break;
+        case col::op_kind::send: {
+          col::send_options o;
+          o.peer = root;
+          o.tag = 7;
+          grp.send(ref, o).then(deliver, fail);
+          break;
+        }
+        case col::op_kind::recv: {
+          col::recv_options o;
+          o.peer = root;
+          o.tag = 7;
+          grp.recv({col::dtype::float32, {n}}, o).then(deliver, fail);
+          break;
+        }
+        default:
+          rp.deliver(col::make_error(col::errc::unsupported, "not in test"));
+      }
+      return rp;
+    },
+  };
+}
+
+// Runs `kind` on every member at once; member r gets inputs[r] and `root`;
+// returns each rank's answer (values or the error text).
+struct outcome {
+  std::vector<float> values;
+  std::string error;
+};
+
+std::vector<outcome> run_everywhere(caf::scoped_actor& self,
+                                    const std::vector<caf::actor>& ms,
+                                    col::op_kind kind,
+                                    std::vector<std::vector<float>> inputs,
+                                    std::vector<int32_t> roots) {
+  for (size_t r = 0; r < ms.size(); ++r)
+    self->send(ms[r], op_atom::value, kind, inputs[r], roots[r]);
+  // Plain sends: each answer comes back as a message from its member.
+  std::vector<outcome> result(ms.size());
+  size_t answered = 0;
+  auto rank_of = [&](const caf::strong_actor_ptr& who) {
+    for (size_t r = 0; r < ms.size(); ++r)
+      if (caf::actor_cast<caf::strong_actor_ptr>(ms[r]) == who) return r;
+    FAIL("answer from a stranger");
+    return size_t{0};
+  };
+  self->receive_for(answered, ms.size())(
+    [&](std::vector<float>& xs) {
+      result[rank_of(self->current_sender())].values = std::move(xs);
+    },
+    [&](caf::error& err) {
+      result[rank_of(self->current_sender())].error = text(err);
+    },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+  return result;
+}
+
+} // namespace
+
+TEST_CASE("every op started by members gives the expected values") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  constexpr int ws = 3;
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < ws; ++r)
+    ms.push_back(f.member(members_run("ops", r, ws), one_op_member, r,
+                          std::string{"ops"}));
+  REQUIRE(!col::await_group(self, f.driver, "ops", 15s));
+  // Rank r's input: {6r, 6r + 1, ..., 6r + 5}.
+  std::vector<std::vector<float>> in(ws);
+  for (int r = 0; r < ws; ++r)
+    for (int i = 0; i < 6; ++i)
+      in[r].push_back(static_cast<float>(6 * r + i));
+  std::vector<int32_t> root1(ws, 1);
+  using k = col::op_kind;
+  auto check_no_errors = [](const std::vector<outcome>& xs) {
+    for (auto& x : xs)
+      CHECK_MESSAGE(x.error.empty(), x.error);
+  };
+  SUBCASE("allreduce") {
+    auto out = run_everywhere(self, ms, k::allreduce, in, root1);
+    check_no_errors(out);
+    for (auto& x : out)
+      CHECK(x.values == std::vector<float>{18, 21, 24, 27, 30, 33});
+  }
+  SUBCASE("broadcast from rank 1") {
+    auto out = run_everywhere(self, ms, k::broadcast, in, root1);
+    check_no_errors(out);
+    for (auto& x : out)
+      CHECK(x.values == in[1]);
+  }
+  SUBCASE("reduce (max) to rank 1") {
+    auto out = run_everywhere(self, ms, k::reduce, in, root1);
+    check_no_errors(out);
+    CHECK(out[1].values == in[2]);
+  }
+  SUBCASE("allgather") {
+    auto out = run_everywhere(self, ms, k::allgather, in, root1);
+    check_no_errors(out);
+    std::vector<float> all(18);
+    std::iota(all.begin(), all.end(), 0.0f);
+    for (auto& x : out)
+      CHECK(x.values == all);
+  }
+  SUBCASE("gather to rank 1: only the root gets an output") {
+    auto out = run_everywhere(self, ms, k::gather, in, root1);
+    check_no_errors(out);
+    CHECK(out[0].values.empty());
+    CHECK(out[1].values.size() == 18);
+    CHECK(out[2].values.empty());
+  }
+  SUBCASE("scatter from rank 1") {
+    auto out = run_everywhere(self, ms, k::scatter, in, root1);
+    check_no_errors(out);
+    for (int r = 0; r < ws; ++r)
+      CHECK(out[r].values ==
+            std::vector<float>{in[1][2 * r], in[1][2 * r + 1]});
+  }
+  SUBCASE("reduce_scatter") {
+    auto out = run_everywhere(self, ms, k::reduce_scatter, in, root1);
+    check_no_errors(out);
+    CHECK(out[0].values == std::vector<float>{18, 21});
+    CHECK(out[2].values == std::vector<float>{30, 33});
+  }
+  SUBCASE("alltoall") {
+    auto out = run_everywhere(self, ms, k::alltoall, in, root1);
+    check_no_errors(out);
+    // Rank 2 receives block 2 of every rank: elements 4 and 5.
+    CHECK(out[2].values == std::vector<float>{4, 5, 10, 11, 16, 17});
+  }
+  SUBCASE("barrier") {
+    auto out = run_everywhere(self, ms, k::barrier, {{}, {}, {}}, root1);
+    check_no_errors(out);
+  }
+  SUBCASE("send from rank 0 to rank 2 with a tag, rank 1 idle") {
+    self->send(ms[0], op_atom::value, k::send, in[0], int32_t{2});
+    self->send(ms[2], op_atom::value, k::recv, std::vector<float>(6),
+               int32_t{0});
+    int answered = 0;
+    self->receive_for(answered, 2)(
+      [&](std::vector<float>& xs) {
+        if (!xs.empty()) CHECK(xs == in[0]);
+      },
+      [&](caf::error& err) { FAIL(text(err)); },
+      caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+  }
+}
+
+TEST_CASE("a bad member-initiated op fails with an error naming the group, "
+          "op and rank, and the group stays usable") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  constexpr int ws = 2;
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < ws; ++r)
+    ms.push_back(f.member(members_run("bad", r, ws), one_op_member, r,
+                          std::string{"bad"}));
+  REQUIRE(!col::await_group(self, f.driver, "bad", 15s));
+  using k = col::op_kind;
+  std::vector<std::vector<float>> in{{1, 2}, {3, 4}};
+  // Root 5 is out of range on both ranks: refused before data moves.
+  auto out = run_everywhere(self, ms, k::broadcast, in, {5, 5});
+  for (auto& x : out) {
+    CHECK(contains(x.error, "invalid_argument"));
+    CHECK(contains(x.error, "'bad'"));
+    CHECK(contains(x.error, "broadcast"));
+  }
+  // No input where one is needed.
+  out = run_everywhere(self, ms, k::allreduce, {{}, {}}, {0, 0});
+  for (auto& x : out)
+    CHECK(contains(x.error, "names no object"));
+  // Then a good op on the same group works.
+  out = run_everywhere(self, ms, k::allreduce, in, {0, 0});
+  for (auto& x : out) {
+    CHECK_MESSAGE(x.error.empty(), x.error);
+    CHECK(x.values == std::vector<float>{4, 6});
+  }
+}
+
+TEST_CASE("a group takes ops from one source: the driver refuses requests "
+          "on a members-run group, members refuse their own ops on a "
+          "driver-run group, and both groups stay usable") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  std::vector<caf::actor> by_members, by_driver;
+  for (int r = 0; r < 2; ++r) {
+    by_members.push_back(
+      f.member(members_run("m", r, 2), one_op_member, r, std::string{"m"}));
+    auto d = members_run("d", r, 2);
+    d.ops_from = col::op_source::driver;
+    by_driver.push_back(f.member(d, one_op_member, r, std::string{"d"}));
+  }
+  REQUIRE(!col::await_group(self, f.driver, "m", 15s));
+  REQUIRE(!col::await_group(self, f.driver, "d", 15s));
+  auto ref0 = put_floats(f.sys, {1, 2});
+  auto ref1 = put_floats(f.sys, {3, 4});
+  // The driver on the members-run group.
+  col::op_request req{"m", col::op_kind::allreduce, {ref0, ref1}, {}};
+  auto res = col::run_op(self, f.driver, req, 10s);
+  REQUIRE(!res);
+  CHECK(contains(text(res.error()), "unsupported"));
+  CHECK(contains(text(res.error()), "ops_from = members"));
+  // Members on the driver-run group.
+  std::vector<std::vector<float>> in{{1, 2}, {3, 4}};
+  auto out =
+    run_everywhere(self, by_driver, col::op_kind::allreduce, in, {0, 0});
+  for (auto& x : out) {
+    CHECK(contains(x.error, "unsupported"));
+    CHECK(contains(x.error, "ops_from = driver"));
+  }
+  // Each group still runs ops from its own source.
+  out = run_everywhere(self, by_members, col::op_kind::allreduce, in, {0, 0});
+  for (auto& x : out)
+    CHECK(x.values == std::vector<float>{4, 6});
+  req.group = "d";
+  res = col::run_op(self, f.driver, req, 10s);
+  REQUIRE(res);
+  CHECK(floats_of(f.sys, ref0) == std::vector<float>{4, 6});
+}
+
+TEST_CASE("a member that dies while its peer waits in a member-initiated "
+          "op: the peer's op fails naming the dead rank") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < 2; ++r)
+    ms.push_back(f.member(members_run("die", r, 2, "gloo"), one_op_member, r,
+                          std::string{"die"}));
+  REQUIRE(!col::await_group(self, f.driver, "die", 15s));
+  self->send(ms[0], op_atom::value, col::op_kind::allreduce,
+             std::vector<float>{1, 2}, int32_t{0});
+  // Rank 1 never starts: it dies.
+  caf::anon_send_exit(ms[1], caf::exit_reason::kill);
+  self->receive(
+    [&](std::vector<float>&) { FAIL("the op succeeded without its peer"); },
+    [&](caf::error& err) {
+      auto s = text(err);
+      CHECK(contains(s, "'die'"));
+      CHECK(contains(s, "rank 1"));
+    },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+}
+
+TEST_CASE("a member with a healthy idle group exits without blocking its "
+          "scheduler thread") {
+  // One scheduler thread: if the exiting member tore its Gloo group down on
+  // it (a barrier of up to 5 s with its peer), the ping below would wait.
+  fixture f{1};
+  caf::scoped_actor self{f.sys};
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < 2; ++r)
+    ms.push_back(f.member(members_run("idle", r, 2, "gloo"), one_op_member, r,
+                          std::string{"idle"}));
+  REQUIRE(!col::await_group(self, f.driver, "idle", 15s));
+  auto pinger = f.sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](caf::ping_atom) { return caf::pong_atom::value; }};
+  });
+  f.actors.push_back(pinger);
+  self->monitor(ms[0]);
+  caf::anon_send_exit(ms[0], caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  // Not a speed assertion: a blocked thread would hold the ping for the
+  // teardown's barrier with rank 1 (5 s), beyond this request's 3 s.
+  self->request(pinger, 3s, caf::ping_atom::value)
+    .receive([](caf::pong_atom) {}, [&](caf::error& err) { FAIL(text(err)); });
+}
