@@ -12,6 +12,7 @@ packages=(
   doctest-dev               # unit tests
   libdlpack-dev             # DLPack tensor exchange
   gnuplot-nox               # benchmark plots
+  openmpi-bin               # mpirun: the test that runs ranks under Open MPI
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
 #include "caf_collective/host_memory.hpp"
+#include "caf_collective/launch.hpp"
 #include "caf_collective/nccl_multigpu.hpp"
 #include "caf_collective/op_history.hpp"
 #include "caf_collective/op_kind.hpp"

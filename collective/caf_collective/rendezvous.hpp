@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,5 +47,63 @@ rendezvous_store_ptr make_file_store(std::string directory);
 /// A view of `base` that prefixes every key with `prefix` + "/".
 rendezvous_store_ptr make_prefix_store(std::string prefix,
                                        rendezvous_store_ptr base);
+
+// -- TCP rendezvous store (the role of torch's TCPStore) ----------------------
+
+/// How a client reaches a TCP store and proves it belongs to a run.
+struct tcp_store_options {
+  /// Host name or address of the server.
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  /// The run's shared secret; the server refuses a client without it. Never
+  /// logged.
+  std::string secret;
+  /// Names the run (non-empty). The server prefixes every key of this
+  /// client with it, so runs sharing one server never see each other's keys.
+  std::string run_id;
+  /// How long a set keeps retrying to reach a server that is not up yet. A
+  /// get retries for its own timeout instead.
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds{30};
+};
+
+/// A client of a TCP store. It connects on first use (retrying until the
+/// request's deadline while the server is not up) and keeps one connection.
+/// Errors: timeout (server unreachable or key absent by the deadline, naming
+/// the address or key), invalid_argument (refused: wrong or missing secret,
+/// empty run id), backend_error (the connection broke).
+rendezvous_store_ptr make_tcp_store(tcp_store_options opts);
+
+/// Serves a TCP store from a thread of this process: one rank of a group,
+/// or the launcher. It binds only the address it is given and accepts only
+/// clients that present `secret`; a refusal is logged (logger
+/// "caf_collective.store", warning) without the secret. Stops when
+/// destroyed.
+class tcp_store_server {
+ public:
+  /// Binds `host`:`port` (port 0: the system picks one; see port()).
+  /// Fails with invalid_argument for an empty secret and backend_error when
+  /// the address cannot be bound.
+  static caf::expected<std::unique_ptr<tcp_store_server>>
+  start(std::string host, uint16_t port, std::string secret);
+
+  ~tcp_store_server();
+
+  tcp_store_server(const tcp_store_server&) = delete;
+  tcp_store_server& operator=(const tcp_store_server&) = delete;
+
+  const std::string& host() const noexcept;
+
+  uint16_t port() const noexcept;
+
+  /// Clients refused so far (wrong or missing secret, malformed handshake).
+  size_t refused_clients() const noexcept;
+
+  struct impl;
+
+ private:
+  explicit tcp_store_server(std::unique_ptr<impl> ptr);
+
+  std::unique_ptr<impl> impl_;
+};
 
 } // namespace caf_collective

@@ -9,6 +9,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/launch.hpp"
 #include "runtime/lane.hpp"
 
 namespace caf_collective {
@@ -31,12 +32,22 @@ member_scope::table& table_of_caller() {
   return current_table != nullptr ? *current_table : process_table();
 }
 
-rendezvous_store_ptr default_store(std::string_view group_name) {
-  if (const char* env = std::getenv("CAF_COLLECTIVE_STORE"); env && *env) {
-    std::string spec = env;
-    if (spec.rfind("file:", 0) == 0)
-      return make_file_store(spec.substr(5) + "/" + std::string{group_name});
-  }
+// The store the environment names (CAF_COLLECTIVE_STORE, MASTER_ADDR and
+// MASTER_PORT: see launch.hpp), else an in-process store.
+rendezvous_store_ptr default_store(std::string_view group_name, int rank,
+                                   milliseconds timeout) {
+  auto addr = read_store_environment([](const char* var) -> const char* {
+    const char* v = std::getenv(var);
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  });
+  if (!addr) throw collective_error{addr.error()};
+  if (addr->kind == store_address::kind_t::file)
+    return make_file_store(addr->directory + "/" + std::string{group_name});
+  auto store = open_store(*addr, rank, timeout);
+  if (!store) throw collective_error{store.error()};
+  if (*store)
+    return make_prefix_store("group/" + std::string{group_name},
+                             std::move(*store));
   return shared_in_process_store(std::string{group_name});
 }
 
@@ -99,7 +110,8 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
   cfg.world_size = world_size;
   cfg.rank = rank;
   cfg.backend = std::string{backend};
-  cfg.store = opts.store ? opts.store : default_store(group_name);
+  cfg.store =
+    opts.store ? opts.store : default_store(group_name, rank, opts.timeout);
   cfg.timeout = opts.timeout;
   cfg.hostname = std::move(opts.hostname);
   cfg.cuda_device = opts.cuda_device;

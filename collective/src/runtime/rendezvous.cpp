@@ -22,11 +22,11 @@ namespace {
 
 caf::error key_timeout(const std::string& key,
                        std::chrono::milliseconds timeout,
-                       std::string_view where) {
-  return make_error(errc::timeout, "rendezvous key '" + key +
-                                     "' did not appear in the " +
-                                     std::string{where} + " within " +
-                                     std::to_string(timeout.count()) + " ms");
+                       std::string_view where, std::string_view hint = {}) {
+  return make_error(
+    errc::timeout,
+    "rendezvous key '" + key + "' did not appear in the " + std::string{where} +
+      " within " + std::to_string(timeout.count()) + " ms" + std::string{hint});
 }
 
 class in_process_store : public rendezvous_store {
@@ -46,7 +46,11 @@ class in_process_store : public rendezvous_store {
     std::unique_lock<std::mutex> guard{mtx_};
     auto present = [&] { return entries_.count(key) > 0; };
     if (!cv_.wait_for(guard, timeout, present))
-      return key_timeout(key, timeout, "in-process store");
+      return key_timeout(
+        key, timeout, "in-process store",
+        "; an in-process store reaches only members in this process: ranks "
+        "in other processes meet through caf_collective_run, "
+        "CAF_COLLECTIVE_STORE or MASTER_ADDR/MASTER_PORT (docs/config.md)");
     return entries_[key];
   }
 

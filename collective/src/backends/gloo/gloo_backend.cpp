@@ -222,6 +222,9 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   where.rank = cfg.rank;
   where.world_size = cfg.world_size;
   ignore_sigpipe_once();
+  gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
+                             cfg.rank, cfg.world_size, resolve_hostname(cfg),
+                             cfg.timeout};
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = resolve_hostname(cfg);
@@ -229,13 +232,21 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
     auto ctx =
       std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);
     ctx->setTimeout(cfg.timeout);
-    gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
-                               cfg.timeout};
     ctx->connectFullMesh(adapter, device);
     auto result = std::make_unique<gloo_backend>(cfg, ctx);
     result->warm_up(warm_up_bytes);
     return backend_ptr{std::move(result)};
   } catch (const std::exception& ex) {
+    // The store or the peer check failed: keep their code and text.
+    if (const auto& err = adapter.failure()) {
+      const auto& ctx = err.context();
+      auto text = ctx.size() == 1 && ctx.match_element<std::string>(0)
+                    ? ctx.get_as<std::string>(0)
+                    : render(err);
+      return make_error(is_collective_error(err) ? code_of(err)
+                                                 : errc::backend_error,
+                        where, "forming the group failed: " + text);
+    }
     std::string what = ex.what();
     auto code = what.find("timeout") != std::string::npos ||
                     what.find("Timed out") != std::string::npos ||

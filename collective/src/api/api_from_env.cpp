@@ -1,0 +1,77 @@
+// Groups formed from what a launcher set: the store the environment names
+// (served by rank 0 when nobody else serves it) and the rank and world size
+// it gives.
+#include "caf_collective/launch.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+// Servers this process runs, by address: one per address however many
+// groups are formed over it, alive until the process exits (members of a
+// later group may still need them).
+caf::error serve_once(const store_address& addr) {
+  static std::mutex mtx;
+  static std::map<std::pair<std::string, uint16_t>,
+                  std::unique_ptr<tcp_store_server>>
+    servers;
+  std::lock_guard<std::mutex> guard{mtx};
+  auto& slot = servers[{addr.host, addr.port}];
+  if (slot) return {};
+  auto started = tcp_store_server::start(addr.host, addr.port, addr.secret);
+  if (!started)
+    return make_error(code_of(started.error()),
+                      "rank 0 serves the TCP store (from " + addr.origin +
+                        ") but cannot: " + render(started.error()) +
+                        " (set CAF_COLLECTIVE_STORE_SERVER=external if "
+                        "another process serves it)");
+  slot = std::move(*started);
+  return {};
+}
+
+} // namespace
+
+caf::expected<rendezvous_store_ptr>
+open_store(const store_address& addr, int rank,
+           std::chrono::milliseconds timeout) {
+  switch (addr.kind) {
+    case store_address::kind_t::none: return rendezvous_store_ptr{};
+    case store_address::kind_t::file: return make_file_store(addr.directory);
+    case store_address::kind_t::tcp: {
+      if (rank == 0 && addr.rank0_serves)
+        if (auto err = serve_once(addr)) return err;
+      tcp_store_options opts;
+      opts.host = addr.host;
+      opts.port = addr.port;
+      opts.secret = addr.secret;
+      opts.run_id = addr.run_id;
+      opts.connect_timeout = timeout;
+      return make_tcp_store(std::move(opts));
+    }
+  }
+  return rendezvous_store_ptr{};
+}
+
+void init_collective_group_from_env(std::string_view backend,
+                                    std::string_view group_name,
+                                    init_options opts) {
+  auto info = read_launch_environment();
+  if (!info) throw collective_error{info.error()};
+  if (!opts.store) {
+    auto store = open_store(info->store, info->rank, opts.timeout);
+    if (!store) throw collective_error{store.error()};
+    // Apart per group, as the file store's directory per group is.
+    if (*store)
+      opts.store = make_prefix_store("group/" + std::string{group_name},
+                                     std::move(*store));
+  }
+  init_collective_group(info->world_size, info->rank, backend, group_name,
+                        std::move(opts));
+}
+
+} // namespace caf_collective

@@ -1,0 +1,268 @@
+// Reads what launchers put in the environment. Each launcher names rank and
+// world size its own way; the first launcher whose rank variable is set
+// decides, and its world size must be set too (mixing one launcher's rank
+// with another's size would silently form the wrong group).
+#include "caf_collective/launch.hpp"
+
+#include <array>
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective {
+
+namespace {
+
+struct launcher_vars {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+};
+
+// In order of precedence: our own launcher's variables first, so a program
+// started by caf_collective_run inside an mpirun or Slurm job follows it.
+constexpr std::array<launcher_vars, 4> launchers{{
+  {"caf_collective", "CAF_COLLECTIVE_RANK", "CAF_COLLECTIVE_WORLD_SIZE",
+   "CAF_COLLECTIVE_LOCAL_RANK"},
+  {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+  {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+   "OMPI_COMM_WORLD_LOCAL_RANK"},
+  {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+}};
+
+caf::error malformed(const char* var, const std::string& value,
+                     const std::string& expected) {
+  return make_error(errc::invalid_argument,
+                    std::string{var} + "='" + value + "' is not " + expected);
+}
+
+std::string value_of(const env_lookup& env, const char* var) {
+  const char* v = env(var);
+  return v != nullptr ? std::string{v} : std::string{};
+}
+
+caf::expected<int> number(const env_lookup& env, const char* var) {
+  auto text = value_of(env, var);
+  int result = 0;
+  auto [end, ec] =
+    std::from_chars(text.data(), text.data() + text.size(), result);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() ||
+      result < 0)
+    return malformed(var, text, "a non-negative integer");
+  return result;
+}
+
+caf::expected<uint16_t> port_number(const env_lookup& env, const char* var) {
+  auto n = number(env, var);
+  if (!n) return n.error();
+  if (*n < 1 || *n > 65535)
+    return malformed(var, value_of(env, var), "a TCP port (1-65535)");
+  return static_cast<uint16_t>(*n);
+}
+
+// The launcher's name for the job ("mpirun job 2016608257"), or empty. It
+// names the run when nothing else does, and stands in for a secret nobody
+// set (see derive_secret).
+std::pair<std::string, std::string> job_identity(const env_lookup& env) {
+  if (auto id = value_of(env, "TORCHELASTIC_RUN_ID"); !id.empty())
+    return {"torchrun", id};
+  if (auto id = value_of(env, "OMPI_MCA_ess_base_jobid"); !id.empty())
+    return {"mpirun", id};
+  if (auto id = value_of(env, "PMIX_NAMESPACE"); !id.empty())
+    return {"pmix", id};
+  if (auto id = value_of(env, "SLURM_JOB_ID"); !id.empty())
+    return {"srun", id + "." + value_of(env, "SLURM_STEP_ID")};
+  return {};
+}
+
+// "tcp://host:port" or "tcp://[v6 host]:port".
+caf::error parse_tcp(const std::string& spec, store_address& out) {
+  auto rest = spec.substr(6);
+  std::string host;
+  std::string port;
+  if (!rest.empty() && rest.front() == '[') {
+    auto close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() ||
+        rest[close + 1] != ':')
+      return malformed("CAF_COLLECTIVE_STORE", spec, "tcp://host:port");
+    host = rest.substr(1, close - 1);
+    port = rest.substr(close + 2);
+  } else {
+    auto colon = rest.rfind(':');
+    if (colon == std::string::npos)
+      return malformed("CAF_COLLECTIVE_STORE", spec, "tcp://host:port");
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  auto lookup = [&](const char*) { return port.c_str(); };
+  auto n = port_number(lookup, "the port in CAF_COLLECTIVE_STORE");
+  if (host.empty() || !n)
+    return malformed("CAF_COLLECTIVE_STORE", spec, "tcp://host:port");
+  out.host = std::move(host);
+  out.port = *n;
+  return {};
+}
+
+// With every rank on one host and no address given, mpirun and srun jobs
+// meet at 127.0.0.1 on a port derived from the job id, so a program runs
+// unchanged under `mpirun -n 4`. Ports 20000-29999 lie below Linux's
+// ephemeral range.
+bool single_host_default(const env_lookup& env, const std::string& launcher,
+                         store_address& out) {
+  std::string job;
+  if (launcher == "mpirun" && value_of(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ==
+                                value_of(env, "OMPI_COMM_WORLD_SIZE"))
+    job = value_of(env, "OMPI_MCA_ess_base_jobid");
+  else if (launcher == "srun" && value_of(env, "SLURM_NNODES") == "1")
+    job = value_of(env, "SLURM_JOB_ID") + "." + value_of(env, "SLURM_STEP_ID");
+  if (job.empty()) return false;
+  out.kind = store_address::kind_t::tcp;
+  out.host = "127.0.0.1";
+  out.port =
+    static_cast<uint16_t>(20000 + std::hash<std::string>{}(job) % 10000);
+  out.origin = "the " + launcher + " job id (every rank on this host)";
+  return true;
+}
+
+caf::error fill_tcp_identity(const env_lookup& env, store_address& out) {
+  auto server = value_of(env, "CAF_COLLECTIVE_STORE_SERVER");
+  if (server.empty() || server == "rank0")
+    out.rank0_serves = true;
+  else if (server == "external")
+    out.rank0_serves = false;
+  else
+    return malformed("CAF_COLLECTIVE_STORE_SERVER", server,
+                     "'rank0' or 'external'");
+  auto [launcher, job] = job_identity(env);
+  out.secret = value_of(env, "CAF_COLLECTIVE_SECRET");
+  if (out.secret.empty() && !job.empty())
+    // Weak: a job id can be guessed. Every rank of the job agrees on it
+    // without being told, which is what lets a program run unchanged under
+    // mpirun, srun or torchrun; docs/config.md says to set a real secret.
+    out.secret = "job:" + launcher + ":" + job;
+  if (out.secret.empty())
+    return make_error(errc::invalid_argument,
+                      "the TCP store at " + out.host + ":" +
+                        std::to_string(out.port) + " (from " + out.origin +
+                        ") needs a shared secret: set CAF_COLLECTIVE_SECRET "
+                        "to the same value in every rank "
+                        "(caf_collective_run sets it)");
+  out.run_id = value_of(env, "CAF_COLLECTIVE_RUN_ID");
+  if (out.run_id.empty())
+    out.run_id = job.empty() ? "default" : launcher + ":" + job;
+  return {};
+}
+
+} // namespace
+
+caf::expected<store_address> read_store_environment(const env_lookup& env) {
+  store_address result;
+  auto spec = value_of(env, "CAF_COLLECTIVE_STORE");
+  if (!spec.empty()) {
+    result.origin = "CAF_COLLECTIVE_STORE";
+    if (spec.rfind("file:", 0) == 0 && spec.size() > 5) {
+      result.kind = store_address::kind_t::file;
+      result.directory = spec.substr(5);
+      return result;
+    }
+    if (spec.rfind("tcp://", 0) != 0)
+      return malformed("CAF_COLLECTIVE_STORE", spec,
+                       "file:<dir> or tcp://host:port");
+    result.kind = store_address::kind_t::tcp;
+    if (auto err = parse_tcp(spec, result)) return err;
+  } else {
+    auto addr = value_of(env, "MASTER_ADDR");
+    auto port = value_of(env, "MASTER_PORT");
+    if (addr.empty() && port.empty()) return result;
+    if (addr.empty() || port.empty())
+      return make_error(
+        errc::invalid_argument,
+        std::string{addr.empty() ? "MASTER_PORT" : "MASTER_ADDR"} +
+          " is set but " + (addr.empty() ? "MASTER_ADDR" : "MASTER_PORT") +
+          " is not (torchrun sets both)");
+    auto n = port_number(env, "MASTER_PORT");
+    if (!n) return n.error();
+    result.kind = store_address::kind_t::tcp;
+    result.host = addr;
+    result.port = *n;
+    result.origin = "MASTER_ADDR/MASTER_PORT";
+    // torchrun >= 2.3 may keep its own agent store on MASTER_PORT; ours then
+    // takes the next port.
+    if (value_of(env, "TORCHELASTIC_USE_AGENT_STORE") == "True") {
+      if (result.port == 65535)
+        return malformed("MASTER_PORT", port,
+                         "below 65535 (the store uses MASTER_PORT + 1 next to "
+                         "torchrun's agent store)");
+      ++result.port;
+      result.origin += " + 1 (torchrun's agent store holds MASTER_PORT)";
+    }
+  }
+  if (auto err = fill_tcp_identity(env, result)) return err;
+  return result;
+}
+
+caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
+  launch_info info;
+  const launcher_vars* found = nullptr;
+  for (const auto& l : launchers)
+    if (env(l.rank) != nullptr) {
+      found = &l;
+      break;
+    }
+  if (found == nullptr)
+    return make_error(errc::invalid_argument,
+                      "no launcher told this process its rank: set "
+                      "CAF_COLLECTIVE_RANK and CAF_COLLECTIVE_WORLD_SIZE, or "
+                      "start it with caf_collective_run, torchrun (RANK, "
+                      "WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, "
+                      "OMPI_COMM_WORLD_SIZE) or srun (SLURM_PROCID, "
+                      "SLURM_NTASKS)");
+  info.launcher = found->name;
+  if (env(found->size) == nullptr)
+    return make_error(errc::invalid_argument,
+                      std::string{found->rank} + " is set (" + found->name +
+                        ") but " + found->size + " is not");
+  auto rank = number(env, found->rank);
+  if (!rank) return rank.error();
+  auto size = number(env, found->size);
+  if (!size) return size.error();
+  if (*size < 1 || *rank >= *size)
+    return make_error(errc::invalid_argument,
+                      std::string{found->rank} + "=" + std::to_string(*rank) +
+                        " and " + found->size + "=" + std::to_string(*size) +
+                        " do not describe a rank of a group");
+  info.rank = *rank;
+  info.world_size = *size;
+  if (env(found->local_rank) != nullptr) {
+    auto local = number(env, found->local_rank);
+    if (!local) return local.error();
+    info.local_rank = *local;
+  }
+  auto store = read_store_environment(env);
+  if (!store) return store.error();
+  info.store = std::move(*store);
+  if (info.store.kind == store_address::kind_t::none && info.world_size > 1) {
+    if (!single_host_default(env, info.launcher, info.store))
+      return make_error(
+        errc::invalid_argument,
+        "rank " + std::to_string(info.rank) + " of " +
+          std::to_string(info.world_size) + " (from " + info.launcher +
+          ") has no rendezvous address: set "
+          "CAF_COLLECTIVE_STORE=tcp://host:port (or file:<dir>), or "
+          "MASTER_ADDR and MASTER_PORT");
+    if (auto err = fill_tcp_identity(env, info.store)) return err;
+  }
+  return info;
+}
+
+caf::expected<launch_info> read_launch_environment() {
+  return read_launch_environment([](const char* var) -> const char* {
+    const char* v = std::getenv(var);
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  });
+}
+
+} // namespace caf_collective

@@ -1,0 +1,323 @@
+// Rank, world size and store from launcher environments: the rules one by
+// one (a lookup table as the environment), then separate processes started
+// with torchrun-style and Slurm-style environments forming a group.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <caf/expected.hpp>
+
+#include <caf_collective/all.hpp>
+#include <caf_collective/launch.hpp>
+
+#include "process_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+using vars = std::map<std::string, std::string>;
+
+col::env_lookup lookup(const vars& table) {
+  return [&table](const char* name) -> const char* {
+    auto i = table.find(name);
+    return i == table.end() ? nullptr : i->second.c_str();
+  };
+}
+
+col::launch_info read_ok(const vars& table) {
+  auto info = col::read_launch_environment(lookup(table));
+  if (!info) FAIL(col::render(info.error()));
+  return *info;
+}
+
+std::string read_error(const vars& table) {
+  auto info = col::read_launch_environment(lookup(table));
+  REQUIRE_FALSE(info);
+  CHECK(col::code_of(info.error()) == col::errc::invalid_argument);
+  return col::render(info.error());
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("torchrun's variables give rank, size, local rank and the store") {
+  auto info = read_ok({{"RANK", "2"},
+                       {"WORLD_SIZE", "4"},
+                       {"LOCAL_RANK", "1"},
+                       {"MASTER_ADDR", "10.0.0.7"},
+                       {"MASTER_PORT", "29500"},
+                       {"CAF_COLLECTIVE_SECRET", "x"},
+                       {"TORCHELASTIC_RUN_ID", "job42"}});
+  CHECK(info.launcher == "torchrun");
+  CHECK(info.rank == 2);
+  CHECK(info.world_size == 4);
+  CHECK(info.local_rank == 1);
+  CHECK(info.store.kind == col::store_address::kind_t::tcp);
+  CHECK(info.store.host == "10.0.0.7");
+  CHECK(info.store.port == 29500);
+  CHECK(info.store.rank0_serves);
+  CHECK(info.store.secret == "x");
+  CHECK(info.store.run_id == "torchrun:job42");
+}
+
+TEST_CASE("torchrun's agent store on MASTER_PORT moves ours to the next "
+          "port") {
+  auto info = read_ok({{"RANK", "0"},
+                       {"WORLD_SIZE", "2"},
+                       {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", "29500"},
+                       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                       {"CAF_COLLECTIVE_SECRET", "x"}});
+  CHECK(info.store.port == 29501);
+}
+
+TEST_CASE("Open MPI's and Slurm's variables give rank, size and local rank") {
+  auto mpi = read_ok({{"OMPI_COMM_WORLD_RANK", "3"},
+                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      {"CAF_COLLECTIVE_STORE", "tcp://node1:7000"},
+                      {"CAF_COLLECTIVE_SECRET", "x"}});
+  CHECK(mpi.launcher == "mpirun");
+  CHECK(mpi.rank == 3);
+  CHECK(mpi.world_size == 8);
+  CHECK(mpi.local_rank == 1);
+  CHECK(mpi.store.host == "node1");
+  CHECK(mpi.store.port == 7000);
+  auto slurm = read_ok({{"SLURM_PROCID", "5"},
+                        {"SLURM_NTASKS", "6"},
+                        {"SLURM_LOCALID", "0"},
+                        {"CAF_COLLECTIVE_STORE", "tcp://[::1]:7001"},
+                        {"CAF_COLLECTIVE_SECRET", "x"},
+                        {"CAF_COLLECTIVE_STORE_SERVER", "external"}});
+  CHECK(slurm.launcher == "srun");
+  CHECK(slurm.rank == 5);
+  CHECK(slurm.local_rank == 0);
+  CHECK(slurm.store.host == "::1");
+  CHECK(slurm.store.port == 7001);
+  CHECK_FALSE(slurm.store.rank0_serves);
+}
+
+TEST_CASE("our own variables win over a launcher's") {
+  auto info = read_ok({{"CAF_COLLECTIVE_RANK", "1"},
+                       {"CAF_COLLECTIVE_WORLD_SIZE", "2"},
+                       {"OMPI_COMM_WORLD_RANK", "7"},
+                       {"OMPI_COMM_WORLD_SIZE", "16"},
+                       {"CAF_COLLECTIVE_STORE", "file:/tmp/somewhere"}});
+  CHECK(info.launcher == "caf_collective");
+  CHECK(info.rank == 1);
+  CHECK(info.world_size == 2);
+  CHECK(info.local_rank == -1);
+  CHECK(info.store.kind == col::store_address::kind_t::file);
+  CHECK(info.store.directory == "/tmp/somewhere");
+}
+
+TEST_CASE("a missing or malformed variable is named in the error") {
+  CHECK(contains(read_error({}), "no launcher told this process its rank"));
+  CHECK(contains(read_error({{"RANK", "0"}}),
+                 "RANK is set (torchrun) but WORLD_SIZE is not"));
+  CHECK(contains(read_error({{"SLURM_PROCID", "0"}}),
+                 "SLURM_PROCID is set (srun) but SLURM_NTASKS is not"));
+  CHECK(contains(read_error({{"RANK", "one"}, {"WORLD_SIZE", "2"}}),
+                 "RANK='one' is not a non-negative integer"));
+  CHECK(contains(read_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}),
+                 "do not describe a rank of a group"));
+  CHECK(contains(
+    read_error(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}),
+    "MASTER_ADDR is set but MASTER_PORT is not"));
+  CHECK(contains(read_error({{"RANK", "0"},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", "99999"}}),
+                 "MASTER_PORT='99999' is not a TCP port"));
+  CHECK(contains(read_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}}),
+                 "has no rendezvous address"));
+  CHECK(contains(read_error({{"RANK", "0"},
+                             {"WORLD_SIZE", "2"},
+                             {"CAF_COLLECTIVE_STORE", "redis://x"}}),
+                 "is not file:<dir> or tcp://host:port"));
+  CHECK(contains(read_error({{"RANK", "0"},
+                             {"WORLD_SIZE", "2"},
+                             {"CAF_COLLECTIVE_STORE", "tcp://h:1"},
+                             {"CAF_COLLECTIVE_STORE_SERVER", "me"}}),
+                 "CAF_COLLECTIVE_STORE_SERVER='me'"));
+}
+
+TEST_CASE("a TCP store without any secret is refused before connecting") {
+  auto text = read_error({{"RANK", "0"},
+                          {"WORLD_SIZE", "2"},
+                          {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_PORT", "29500"}});
+  CHECK(contains(text, "needs a shared secret: set CAF_COLLECTIVE_SECRET"));
+}
+
+TEST_CASE("without a secret or address, one host's mpirun job derives both "
+          "from its job id") {
+  vars env{{"OMPI_COMM_WORLD_RANK", "1"},
+           {"OMPI_COMM_WORLD_SIZE", "4"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+           {"OMPI_MCA_ess_base_jobid", "2016608257"}};
+  auto a = read_ok(env);
+  CHECK(a.store.kind == col::store_address::kind_t::tcp);
+  CHECK(a.store.host == "127.0.0.1");
+  CHECK(a.store.port >= 20000);
+  CHECK(a.store.port < 30000);
+  CHECK(a.store.secret == "job:mpirun:2016608257");
+  // Every rank of the job derives the same address.
+  env["OMPI_COMM_WORLD_RANK"] = "3";
+  CHECK(read_ok(env).store.port == a.store.port);
+  // Ranks on several hosts cannot: they need an address.
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  CHECK(contains(read_error(env), "has no rendezvous address"));
+}
+
+TEST_CASE("one rank needs no rendezvous address") {
+  auto info = read_ok({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  CHECK(info.store.kind == col::store_address::kind_t::none);
+}
+
+// -- separate processes
+// ----------------------------------------------------------
+
+namespace {
+
+const char* launcher_vars[] = {
+  "CAF_COLLECTIVE_RANK",
+  "CAF_COLLECTIVE_WORLD_SIZE",
+  "CAF_COLLECTIVE_LOCAL_RANK",
+  "CAF_COLLECTIVE_STORE",
+  "CAF_COLLECTIVE_SECRET",
+  "CAF_COLLECTIVE_RUN_ID",
+  "CAF_COLLECTIVE_STORE_SERVER",
+  "RANK",
+  "WORLD_SIZE",
+  "LOCAL_RANK",
+  "MASTER_ADDR",
+  "MASTER_PORT",
+  "TORCHELASTIC_RUN_ID",
+  "TORCHELASTIC_USE_AGENT_STORE",
+  "OMPI_COMM_WORLD_RANK",
+  "OMPI_COMM_WORLD_SIZE",
+  "OMPI_COMM_WORLD_LOCAL_RANK",
+  "OMPI_COMM_WORLD_LOCAL_SIZE",
+  "OMPI_MCA_ess_base_jobid",
+  "PMIX_NAMESPACE",
+  "SLURM_PROCID",
+  "SLURM_NTASKS",
+  "SLURM_LOCALID",
+  "SLURM_NNODES",
+  "SLURM_JOB_ID",
+  "SLURM_STEP_ID",
+};
+
+/// Starts the rank process with this test's environment minus every
+/// launcher variable (the test may itself run under a launcher) plus `set`.
+pid_t spawn_rank(const vars& set) {
+  std::vector<std::string> entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    auto name = entry.substr(0, entry.find('='));
+    bool dropped = false;
+    for (const char* var : launcher_vars)
+      dropped = dropped || name == var;
+    if (!dropped) entries.push_back(entry);
+  }
+  for (const auto& [name, value] : set)
+    entries.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : entries)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = CAF_COLLECTIVE_ENV_RANK_PROCESS;
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) ==
+          0);
+  return pid;
+}
+
+uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void run_ranks(int world, const std::function<vars(int)>& env_of) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r)
+    pids.push_back(spawn_rank(env_of(r)));
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << " of " << world);
+    CHECK(test::wait_process(pids[r], 90s) == 0);
+  }
+}
+
+} // namespace
+
+TEST_CASE("4 processes with torchrun's variables form a group, rank 0 "
+          "serves the store") {
+  auto port = std::to_string(unused_port());
+  run_ranks(4, [&](int r) {
+    return vars{{"RANK", std::to_string(r)},
+                {"WORLD_SIZE", "4"},
+                {"LOCAL_RANK", std::to_string(r)},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", port},
+                {"CAF_COLLECTIVE_SECRET", "torch-style-secret"}};
+  });
+}
+
+TEST_CASE("3 processes with Slurm's variables on one node form a group "
+          "without an address or a secret") {
+  std::random_device rd;
+  auto job = std::to_string(rd() % 1000000);
+  run_ranks(3, [&](int r) {
+    return vars{{"SLURM_PROCID", std::to_string(r)},
+                {"SLURM_NTASKS", "3"},
+                {"SLURM_LOCALID", std::to_string(r)},
+                {"SLURM_NNODES", "1"},
+                {"SLURM_JOB_ID", job},
+                {"SLURM_STEP_ID", "0"}};
+  });
+}
+
+TEST_CASE("a rank with a wrong secret is refused while the others' run is "
+          "unaffected") {
+  auto port = unused_port();
+  auto server = col::tcp_store_server::start("127.0.0.1", port, "right");
+  REQUIRE(server);
+  auto env_of = [&](int r, const std::string& secret) {
+    return vars{
+      {"CAF_COLLECTIVE_RANK", std::to_string(r)},
+      {"CAF_COLLECTIVE_WORLD_SIZE", "2"},
+      {"CAF_COLLECTIVE_LOCAL_RANK", std::to_string(r)},
+      {"CAF_COLLECTIVE_STORE", "tcp://127.0.0.1:" + std::to_string(port)},
+      {"CAF_COLLECTIVE_STORE_SERVER", "external"},
+      {"CAF_COLLECTIVE_RUN_ID", "run-1"},
+      {"CAF_COLLECTIVE_SECRET", secret}};
+  };
+  auto rank0 = spawn_rank(env_of(0, "right"));
+  auto intruder = spawn_rank(env_of(1, "wrong"));
+  auto rank1 = spawn_rank(env_of(1, "right"));
+  CHECK(test::wait_process(intruder, 60s) == 1);
+  CHECK(test::wait_process(rank0, 90s) == 0);
+  CHECK(test::wait_process(rank1, 90s) == 0);
+  CHECK((*server)->refused_clients() == 1);
+}
