@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,9 @@ member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
 /// actors run `fun(self)`'s behavior plus the member protocol with the
 /// driver and memberships the spawner passes. Call on the node's config
 /// before its actor system exists.
+/// `fun` is called as `fun(self)` or, if it takes one more argument, as
+/// `fun(self, rank)` with the member's rank in its first group (-1 without
+/// groups).
 template<class Fun>
 void add_member_type(caf::actor_system_config& cfg, std::string type_name,
                      Fun fun) {
@@ -65,8 +69,12 @@ void add_member_type(caf::actor_system_config& cfg, std::string type_name,
                                              caf::event_based_actor* self,
                                              driver_actor driver,
                                              std::vector<membership> groups) {
+    int32_t rank = groups.empty() ? -1 : groups.front().rank;
     auto protocol = member_protocol(self, std::move(driver), std::move(groups));
-    return with_member_protocol(fun(self), std::move(protocol));
+    if constexpr (std::is_invocable_v<Fun, caf::event_based_actor*, int32_t>)
+      return with_member_protocol(fun(self, rank), std::move(protocol));
+    else
+      return with_member_protocol(fun(self), std::move(protocol));
   });
 }
 
@@ -89,8 +97,49 @@ inline member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
                       [](caf::event_based_actor*) { return caf::behavior{}; });
 }
 
-/// Spawns a whole group: `world_size` members of `group`, member r with
-/// rank r. `fun(self, rank, xs...)` builds each member's own behavior.
+/// A group to spawn: its name and shape, and the settings every member's
+/// membership gets.
+struct group_spec {
+  std::string name;
+  int32_t world_size = 1;
+  /// "auto" (shm on one host, else gloo), "gloo", "shm" or "nccl".
+  std::string backend = default_backend;
+  /// Formation deadline and each op's default deadline, in (0, 24 h].
+  std::chrono::milliseconds timeout = std::chrono::seconds{30};
+  /// Whether the driver or the members start the group's ops.
+  op_source ops_from = op_source::driver;
+};
+
+/// Rank `rank`'s membership in the group `spec` describes.
+inline membership membership_of(const group_spec& spec, int32_t rank) {
+  membership m;
+  m.group = spec.name;
+  m.rank = rank;
+  m.world_size = spec.world_size;
+  m.backend = spec.backend;
+  m.timeout_ms = spec.timeout.count();
+  m.ops_from = spec.ops_from;
+  return m;
+}
+
+/// Spawns a whole group: `spec.world_size` members, member r with rank r.
+/// `fun(self, rank, xs...)` builds each member's own behavior.
+template<class Fun, class... Ts>
+std::vector<member_actor>
+spawn_group(caf::actor_system& sys, const driver_actor& driver,
+            const group_spec& spec, Fun fun, Ts... xs) {
+  std::vector<member_actor> result;
+  for (int32_t rank = 0; rank < spec.world_size; ++rank)
+    result.push_back(spawn_member(
+      sys, driver, {membership_of(spec, rank)},
+      [fun, rank](caf::event_based_actor* self, const Ts&... ys) {
+        return fun(self, rank, ys...);
+      },
+      xs...));
+  return result;
+}
+
+/// The positional form of the above (kept for existing programs).
 template<class Fun, class... Ts>
 std::vector<member_actor>
 spawn_group(caf::actor_system& sys, const driver_actor& driver,

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/interfaces.hpp"
 
 namespace caf_collective {
 
@@ -64,7 +65,7 @@ caf::behavior store_impl(caf::stateful_actor<store_state>* self) {
 class actor_store : public rendezvous_store {
  public:
   actor_store(caf::actor_system& sys, store_actor store, std::string prefix)
-    : sys_(sys), store_(std::move(store)), prefix_(std::move(prefix)) {
+    : sys_(sys), store_(typed_store(store)), prefix_(std::move(prefix)) {
     // nop
   }
 
@@ -104,7 +105,7 @@ class actor_store : public rendezvous_store {
 
  private:
   caf::actor_system& sys_;
-  store_actor store_;
+  store_api store_;
   std::string prefix_;
 };
 

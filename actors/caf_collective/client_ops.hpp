@@ -1,0 +1,162 @@
+// One helper per collective for clients of the driver, on its typed view
+// (interfaces.hpp): `allreduce(self, driver, "g", refs, opts)`.
+//
+// - From a plain thread holding a caf::scoped_actor: the call blocks and
+//   returns caf::expected<op_result>.
+// - From an actor (any `Self*`): the call returns CAF's response handle, so
+//   the actor writes `.then([](op_result& r) {...}, [](caf::error& e) {...})`
+//   and keeps handling messages meanwhile.
+//
+// `refs[r]` is rank r's input (empty where a rank has none: barrier, scatter
+// off the root, send off the source). The driver answers every request
+// exactly once, within the op's deadline plus its grace, so these requests
+// need no timer of their own (a dead driver answers with CAF's
+// request_receiver_down or broken_promise).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/duration.hpp>
+#include <caf/fwd.hpp>
+
+#include "caf_collective/interfaces.hpp"
+
+namespace caf_collective {
+
+namespace detail {
+
+op_params params_of(const op_options& opts);
+op_params params_of(const allreduce_options& opts);
+op_params params_of(const broadcast_options& opts);
+op_params params_of(const reduce_options& opts);
+op_params params_of(const allgatherv_options& opts);
+op_params params_of(const gather_options& opts);
+op_params params_of(const scatter_options& opts);
+op_params params_of(const reduce_scatter_options& opts);
+
+} // namespace detail
+
+/// Runs `req` and waits for the driver's answer.
+caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
+                             op_request req);
+
+/// Sends `req`; the result arrives as the response.
+template<class Self>
+auto run(Self* self, const driver_api& driver, op_request req) {
+  return self->request(driver, caf::infinite, std::move(req));
+}
+
+template<class Client>
+auto allreduce(Client&& self, const driver_api& driver, std::string group,
+               std::vector<object_ref> refs,
+               const allreduce_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::allreduce, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto broadcast(Client&& self, const driver_api& driver, std::string group,
+               std::vector<object_ref> refs,
+               const broadcast_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::broadcast, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto reduce(Client&& self, const driver_api& driver, std::string group,
+            std::vector<object_ref> refs, const reduce_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::reduce, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto allgather(Client&& self, const driver_api& driver, std::string group,
+               std::vector<object_ref> refs,
+               const allgather_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::allgather, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto allgatherv(Client&& self, const driver_api& driver, std::string group,
+                std::vector<object_ref> refs, const allgatherv_options& opts) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::allgatherv, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto gather(Client&& self, const driver_api& driver, std::string group,
+            std::vector<object_ref> refs, const gather_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::gather, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto scatter(Client&& self, const driver_api& driver, std::string group,
+             std::vector<object_ref> refs, const scatter_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::scatter, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+template<class Client>
+auto reduce_scatter(Client&& self, const driver_api& driver, std::string group,
+                    std::vector<object_ref> refs,
+                    const reduce_scatter_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::reduce_scatter,
+                        std::move(refs), detail::params_of(opts)});
+}
+
+template<class Client>
+auto alltoall(Client&& self, const driver_api& driver, std::string group,
+              std::vector<object_ref> refs, const alltoall_options& opts = {}) {
+  return run(self, driver,
+             op_request{std::move(group), op_kind::alltoall, std::move(refs),
+                        detail::params_of(opts)});
+}
+
+/// `count_matrix[i * world_size + j]`: elements rank i sends to rank j.
+template<class Client>
+auto alltoallv(Client&& self, const driver_api& driver, std::string group,
+               std::vector<object_ref> refs, std::vector<uint64_t> count_matrix,
+               const op_options& opts = {}) {
+  auto params = detail::params_of(opts);
+  params.counts = std::move(count_matrix);
+  return run(self, driver,
+             op_request{std::move(group), op_kind::alltoallv, std::move(refs),
+                        std::move(params)});
+}
+
+template<class Client>
+auto barrier(Client&& self, const driver_api& driver, std::string group,
+             const barrier_options& opts = {}) {
+  return run(
+    self, driver,
+    op_request{
+      std::move(group), op_kind::barrier, {}, detail::params_of(opts)});
+}
+
+/// Moves rank `from`'s tensor (`refs[from]`) to rank `to`; the result names
+/// the receiver's new ref at `refs[to]`.
+template<class Client>
+auto send_recv(Client&& self, const driver_api& driver, std::string group,
+               std::vector<object_ref> refs, int32_t from, int32_t to,
+               const op_options& opts = {}) {
+  auto params = detail::params_of(opts);
+  params.root = from;
+  params.peer = to;
+  return run(self, driver,
+             op_request{std::move(group), op_kind::send, std::move(refs),
+                        std::move(params)});
+}
+
+} // namespace caf_collective

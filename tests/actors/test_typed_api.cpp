@@ -1,0 +1,207 @@
+// The typed client path: groups spawned from a group_spec, one helper per
+// op on the driver's typed view (blocking from a scoped actor, response
+// handles from an actor), results read back with read_vector, and member
+// types whose functions learn their rank.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <caf_collective/client.hpp>
+#include <caf_collective/client_ops.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/interfaces.hpp>
+#include <caf_collective/member.hpp>
+#include <caf_collective/read.hpp>
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+using rank_atom = caf::atom_constant<caf::atom("t_rank")>;
+using go_atom = caf::atom_constant<caf::atom("t_go")>;
+
+caf::behavior tells_rank(caf::event_based_actor*, int32_t rank) {
+  return {[rank](rank_atom) { return rank; }};
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  col::driver_actor driver;
+  col::driver_api typed;
+  col::object_store_ptr store;
+  std::vector<caf::actor> actors;
+
+  fixture()
+    : sys((col::add_message_types(cfg),
+           col::add_member_type(cfg, "ranked", tells_rank), cfg)),
+      driver(col::spawn_driver(sys)), typed(col::typed_driver(driver)),
+      store(col::local_store(sys)) {
+    // nop
+  }
+
+  ~fixture() {
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  }
+
+  std::vector<col::object_ref> put_each(int ws, float base) {
+    std::vector<col::object_ref> refs;
+    for (int r = 0; r < ws; ++r) {
+      auto ref = store->put(
+        col::tensor::from_vector(std::vector<float>{base + r, base + 10 * r}));
+      REQUIRE(ref);
+      refs.push_back(*ref);
+    }
+    return refs;
+  }
+};
+
+} // namespace
+
+TEST_CASE("groups spawned from a group_spec run ops through the typed "
+          "blocking helpers") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "typed";
+  spec.world_size = 3;
+  spec.timeout = 10s;
+  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
+  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
+  REQUIRE(!col::await_group(self, f.driver, "typed", 15s));
+  for (int32_t r = 0; r < 3; ++r)
+    self->request(ms[r], 5s, rank_atom::value)
+      .receive([&](int32_t x) { CHECK(x == r); },
+               [&](caf::error& err) { FAIL(col::render(err)); });
+
+  auto refs = f.put_each(3, 1.0f); // rank r: {1 + r, 1 + 10 r}
+  col::allreduce_options sum;
+  auto res = col::allreduce(self, f.typed, "typed", refs, sum);
+  REQUIRE(res);
+  for (auto& ref : res->refs) {
+    auto xs = col::read_vector<float>(*f.store, ref);
+    REQUIRE(xs);
+    CHECK(*xs == std::vector<float>{6, 33});
+  }
+
+  col::broadcast_options from2;
+  from2.root = 2;
+  refs = f.put_each(3, 0.0f);
+  res = col::broadcast(self, f.typed, "typed", refs, from2);
+  REQUIRE(res);
+  CHECK(col::read_vector<float>(*f.store, res->refs[0]).value() ==
+        std::vector<float>{2, 20});
+
+  res = col::allgather(self, f.typed, "typed", f.put_each(3, 0.0f));
+  REQUIRE(res);
+  CHECK(col::read_vector<float>(*f.store, res->refs[1]).value() ==
+        std::vector<float>{0, 0, 1, 10, 2, 20});
+
+  auto p2p = std::vector<col::object_ref>(3);
+  p2p[0] = f.put_each(1, 5.0f)[0];
+  res = col::send_recv(self, f.typed, "typed", p2p, 0, 2);
+  REQUIRE(res);
+  CHECK(col::read_vector<float>(*f.store, res->refs[2]).value() ==
+        std::vector<float>{5, 5});
+
+  REQUIRE(col::barrier(self, f.typed, "typed"));
+
+  // A result read as the wrong type is refused, naming both.
+  auto wrong = col::read_vector<int32_t>(*f.store, res->refs[2]);
+  REQUIRE(!wrong);
+  CHECK(col::render(wrong.error()).find("float32") != std::string::npos);
+
+  // Errors come back through the helpers as through run_op.
+  col::gather_options bad_root;
+  bad_root.root = 7;
+  res = col::gather(self, f.typed, "typed", f.put_each(3, 0.0f), bad_root);
+  REQUIRE(!res);
+  CHECK(col::code_of(res.error()) == col::errc::invalid_argument);
+}
+
+TEST_CASE("an actor runs ops through the typed helpers with .then and keeps "
+          "handling messages") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "async";
+  spec.world_size = 2;
+  spec.timeout = 10s;
+  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
+  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
+  REQUIRE(!col::await_group(self, f.driver, "async", 15s));
+  auto refs = f.put_each(2, 1.0f);
+  auto store = f.store;
+  auto driver = f.typed;
+  // The client actor answers `go` with the first element of rank 0's sum.
+  auto client = f.sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+    return {
+      [=](go_atom) -> caf::result<float> {
+        auto rp = me->make_response_promise<float>();
+        col::allreduce_options o;
+        o.op = col::reduce_op::max;
+        col::allreduce(me, driver, "async", refs, o)
+          .then(
+            [=](col::op_result& r) mutable {
+              auto xs = col::read_vector<float>(*store, r.refs[0]);
+              rp.deliver(xs ? xs->at(1) : -1.0f);
+            },
+            [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+      [](caf::ping_atom) { return caf::pong_atom::value; },
+    };
+  });
+  f.actors.push_back(client);
+  self->request(client, 15s, go_atom::value)
+    .receive([](float x) { CHECK(x == 11.0f); },
+             [](caf::error& err) { FAIL(col::render(err)); });
+  self->request(client, 5s, caf::ping_atom::value)
+    .receive([](caf::pong_atom) {},
+             [](caf::error& err) { FAIL(col::render(err)); });
+}
+
+TEST_CASE("a member type's function learns its rank") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "remote-style";
+  spec.world_size = 2;
+  spec.timeout = 10s;
+  std::vector<caf::actor> ms;
+  // Spawned by name, as remote spawn does, with the driver and memberships.
+  for (int32_t r = 0; r < 2; ++r) {
+    auto m = f.sys.spawn<caf::actor>(
+      "ranked", caf::make_message(f.driver, std::vector<col::membership>{
+                                              col::membership_of(spec, r)}));
+    REQUIRE(m);
+    ms.push_back(*m);
+    f.actors.push_back(*m);
+  }
+  REQUIRE(!col::await_group(self, f.driver, "remote-style", 15s));
+  for (int32_t r = 0; r < 2; ++r)
+    self->request(ms[r], 5s, rank_atom::value)
+      .receive([&](int32_t x) { CHECK(x == r); },
+               [&](caf::error& err) { FAIL(col::render(err)); });
+}
+
+TEST_CASE("a member's status through its typed view") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "viewed";
+  spec.world_size = 1;
+  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
+  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
+  REQUIRE(!col::await_group(self, f.driver, "viewed", 15s));
+  self
+    ->request(col::typed_member(ms[0]), 5s, col::status_atom::value,
+              std::string{"viewed"})
+    .receive([](col::group_status& st) { CHECK(st.state == "ready"); },
+             [](caf::error& err) { FAIL(col::render(err)); });
+}
