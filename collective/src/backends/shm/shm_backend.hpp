@@ -13,6 +13,17 @@
 // their buffers and read each other's memory: one copy, no staging.
 // Staged mode (ranks in several processes): each round a rank copies a
 // chunk of its input into its area A of the segment; peers read it there.
+// Single-copy mode (several processes, large messages, when the kernel lets
+// every rank read every peer's memory with process_vm_readv: checked once at
+// formation, and the ranks agree): as in direct mode, but each read of a
+// peer's buffer is a process_vm_readv (shm_single_copy.cpp).
+// Small ops (input up to one small slot): every rank writes its input into
+// its slot of the segment before the op's first sync step and reads the
+// others' slots after it: one step per op, whatever the mode.
+//
+// Set CAF_COLLECTIVE_SHM_SINGLE_COPY=off (in any rank's environment before
+// formation) to make the group use staged mode across processes: the tests
+// compare both paths with it.
 //
 // Reductions: every rank reduces its slice of the elements across all
 // inputs, in rank order, in the carrier type (reduce_kernels.hpp), then
@@ -35,6 +46,14 @@
 #include "caf_collective/group.hpp"
 
 namespace caf_collective::detail::shm {
+
+/// Across processes, ops whose largest contribution has at least this many
+/// bytes move by single copy (where the kernel allows it); smaller ones by
+/// the staged copy, whose two memcpys cost less than the system calls.
+inline constexpr size_t single_copy_min_bytes = size_t{64} << 10;
+
+/// Elements a single-copy reduction pulls from a peer per system call.
+inline constexpr size_t single_copy_block_elements = 32768;
 
 /// A byte range one rank reads from another rank's contribution.
 struct need {
@@ -106,12 +125,16 @@ class shm_backend : public backend {
  private:
   using clock = std::chrono::steady_clock;
 
+  /// How an op moves its data (see the top of this file).
+  enum class path { direct, staged, single_copy, small };
+
   /// One op in progress: its context, deadline and first epoch.
   struct op_state {
     op_kind op;
     const op_call* call;
     clock::time_point deadline;
     uint64_t first_epoch = 0;
+    path how = path::staged;
     int parity() const noexcept { return int(first_epoch % 2); }
   };
 
@@ -121,10 +144,16 @@ class shm_backend : public backend {
   caf::error step(op_state& st);
 
   /// Publishes `notice` (and `counts`, if any) for the op's first step,
-  /// steps, and fails with `mismatch` naming the ranks unless every rank
-  /// published the same key.
+  /// and `payload` into this rank's small slot if it fits, steps, and fails
+  /// with `mismatch` naming the ranks unless every rank published the same
+  /// key.
   caf::error begin(op_state& st, op_notice notice,
-                   std::span<const uint64_t> counts = {});
+                   std::span<const uint64_t> counts = {},
+                   std::span<const std::byte> payload = {});
+
+  /// The path of an op whose largest contribution of any rank is `longest`
+  /// bytes (the same on every rank once they agreed).
+  path path_for(size_t longest) const noexcept;
 
   /// Waits until `ready()` holds. `laggards()` names the ranks still
   /// missing (for errors and liveness checks).
@@ -133,10 +162,23 @@ class shm_backend : public backend {
                         op_kind op, const op_call* call,
                         clock::time_point deadline);
 
-  /// Direct mode: marks this rank as reading its peers' buffers, unless a
-  /// peer has aborted (then nothing may be read: its caller may free them).
+  /// Direct and single-copy paths: marks this rank as reading its peers'
+  /// buffers, unless a peer has aborted (then nothing may be read: its
+  /// caller may free them).
   caf::error start_reading(const op_state& st);
-  void stop_reading() noexcept;
+  void stop_reading(const op_state& st) noexcept;
+
+  // -- single copy across processes (shm_single_copy.cpp) --------------------
+
+  /// At formation, across processes: reads every peer's probe word with
+  /// process_vm_readv, publishes the verdict, and waits for every rank's:
+  /// single copy is used only if every rank could read every peer.
+  caf::error agree_on_single_copy(clock::time_point deadline);
+
+  /// Copies `bytes` from address `from` in rank `peer`'s process to `to`.
+  /// A peer that died (or left the op and freed the buffer) is peer_lost.
+  caf::error pull(const op_state& st, int peer, uint64_t from, std::byte* to,
+                  size_t bytes);
 
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
@@ -164,14 +206,16 @@ class shm_backend : public backend {
   tensor_view contribution_of(const tensor_view& in, const tensor_view& out);
 
   /// Where this rank reads `rank`'s contribution in round `round_start`:
-  /// its published input (direct) or its area A (staged).
+  /// its published input (direct), its area A (staged) or its small slot.
+  /// Single copy: the address in the rank's process.
   const std::byte* source(const op_state& st, int rank,
                           size_t round_start) const noexcept;
 
   /// Reduces elements [first, first + count) of every rank's contribution
   /// (`type` elements, this round's sources) into `dst`.
-  void reduce_range(const op_state& st, size_t round_start, size_t first,
-                    size_t count, dtype type, reduce_op op, std::byte* dst);
+  caf::error reduce_range(const op_state& st, size_t round_start, size_t first,
+                          size_t count, dtype type, reduce_op op,
+                          std::byte* dst);
 
   caf::error reduce_common(const op_call& call, op_kind kind,
                            const tensor_view& in, const tensor_view& out,
@@ -184,6 +228,9 @@ class shm_backend : public backend {
   int world_size_;
   segment seg_;
   bool direct_ = false;
+  bool single_copy_ = false; // agreed at formation (processes only)
+  // Read by peers through process_vm_readv at formation.
+  uint64_t probe_word_ = 0;
   uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
   std::atomic<bool> aborted_{false};
   // Why an op of this rank failed (timeout, peer_lost), else aborted: what
@@ -195,6 +242,7 @@ class shm_backend : public backend {
   // Carrier scratch of the reductions: fixed size, allocated once.
   std::vector<std::byte> acc_;
   std::vector<std::byte> tmp_;
+  std::vector<std::byte> pulled_; // single copy: a peer's block, reduced
   std::vector<std::byte> inplace_;
   std::vector<const std::byte*> sources_; // one per rank, for reduce_range
   std::vector<need> needs_;               // what a copy op reads, per call

@@ -19,6 +19,10 @@ std::byte* bytes_of(const tensor_view& x) {
   return static_cast<std::byte*>(x.data());
 }
 
+std::span<const std::byte> payload_of(const tensor_view& x) {
+  return {bytes_of(x), x.nbytes()};
+}
+
 // Elements [first, last) of `n` that rank `r` of `w` reduces.
 std::pair<size_t, size_t> slice_of(size_t n, int r, int w) {
   auto first = n * size_t(r) / size_t(w);
@@ -71,16 +75,19 @@ std::vector<uint64_t> shm_backend::published_headers(const op_state& st,
 
 const std::byte* shm_backend::source(const op_state& st, int rank,
                                      size_t round_start) const noexcept {
-  if (direct_) {
-    auto addr = seg_.control(rank).notice[st.parity()].in_addr;
-    return reinterpret_cast<const std::byte*>(addr) + round_start;
+  switch (st.how) {
+    case path::small: return seg_.small_slot(rank, st.parity());
+    case path::staged: return seg_.area(rank, 0);
+    default: {
+      auto addr = seg_.control(rank).notice[st.parity()].in_addr;
+      return reinterpret_cast<const std::byte*>(addr) + round_start;
+    }
   }
-  return seg_.area(rank, 0);
 }
 
-void shm_backend::reduce_range(const op_state& st, size_t round_start,
-                               size_t first, size_t count, dtype type,
-                               reduce_op op, std::byte* dst) {
+caf::error shm_backend::reduce_range(const op_state& st, size_t round_start,
+                                     size_t first, size_t count, dtype type,
+                                     reduce_op op, std::byte* dst) {
   auto es = size_of(type);
   auto carrier = carrier_of(type, op);
   auto cs = size_of(carrier);
@@ -88,20 +95,37 @@ void shm_backend::reduce_range(const op_state& st, size_t round_start,
   auto& srcs = sources_; // sized once: no allocation per call
   for (int r = 0; r < world_size_; ++r)
     srcs[size_t(r)] = source(st, r, round_start) + first * es - round_start;
-  for (size_t done = 0; done < count; done += block_elements) {
-    auto k = std::min(block_elements, count - done);
-    auto at = [&](int r) { return srcs[size_t(r)] + done * es; };
+  // Single copy: peers' blocks come through one scratch block each, in
+  // larger blocks to spread the system call.
+  bool remote = st.how == path::single_copy;
+  auto block = remote ? single_copy_block_elements : block_elements;
+  for (size_t done = 0; done < count; done += block) {
+    auto k = std::min(block, count - done);
+    // Points `in` at rank r's k elements of this block; valid until the
+    // next fetch.
+    const std::byte* in = nullptr;
+    auto fetch = [&](int r) -> caf::error {
+      in = srcs[size_t(r)] + done * es;
+      if (!remote || pids_[size_t(r)] == pids_[size_t(rank_)]) return {};
+      auto err =
+        pull(st, r, reinterpret_cast<uint64_t>(in), pulled_.data(), k * es);
+      in = pulled_.data();
+      return err;
+    };
     auto* out = dst + done * es;
     if (needs_split_avg(type, op)) {
       // The exact sum of int64 values needs 128 bits.
-      for (size_t i = 0; i < k; ++i) {
-        __int128 sum = 0;
-        for (int r = 0; r < world_size_; ++r) {
+      auto* sums = reinterpret_cast<__int128*>(acc_.data());
+      for (int r = 0; r < world_size_; ++r) {
+        if (auto err = fetch(r)) return err;
+        for (size_t i = 0; i < k; ++i) {
           int64_t x;
-          std::memcpy(&x, at(r) + i * 8, 8);
-          sum += x;
+          std::memcpy(&x, in + i * 8, 8);
+          sums[i] = (r == 0 ? 0 : sums[i]) + x;
         }
-        auto avg = static_cast<int64_t>(sum / world_size_);
+      }
+      for (size_t i = 0; i < k; ++i) {
+        auto avg = static_cast<int64_t>(sums[i] / world_size_);
         std::memcpy(out + i * 8, &avg, 8);
       }
       continue;
@@ -109,15 +133,17 @@ void shm_backend::reduce_range(const op_state& st, size_t round_start,
     // Accumulate in rank order in the carrier: every element is reduced once,
     // by one rank, so every rank ends with the same bits.
     auto* acc = acc_.data();
+    if (auto err = fetch(0)) return err;
     if (carrier == type)
-      std::memcpy(acc, at(0), k * cs);
+      std::memcpy(acc, in, k * cs);
     else
-      convert(at(0), type, acc, carrier, k);
+      convert(in, type, acc, carrier, k);
     for (int r = 1; r < world_size_; ++r) {
+      if (auto err = fetch(r)) return err;
       if (carrier == type) {
-        kernel(acc, acc, at(r), k);
+        kernel(acc, acc, in, k);
       } else {
-        convert(at(r), type, tmp_.data(), carrier, k);
+        convert(in, type, tmp_.data(), carrier, k);
         kernel(acc, acc, tmp_.data(), k);
       }
     }
@@ -127,22 +153,34 @@ void shm_backend::reduce_range(const op_state& st, size_t round_start,
     else
       convert(acc, carrier, out, type, k);
   }
+  return {};
 }
 
 caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                                    size_t mine_bytes, size_t longest,
                                    std::span<const need> needs,
                                    std::byte* out) {
+  st.how = path_for(longest);
   for (const auto& n : needs)
     if (n.peer == rank_ && n.bytes > 0 &&
         out + n.dst_offset != mine + n.src_offset)
       std::memmove(out + n.dst_offset, mine + n.src_offset, n.bytes);
-  auto chunk = direct_ ? std::max<size_t>(longest, 1) : seg_.area_bytes();
+  if (st.how == path::small) {
+    // Every contribution came with the op's first step.
+    for (const auto& n : needs)
+      if (n.peer != rank_ && n.bytes > 0)
+        std::memcpy(out + n.dst_offset,
+                    seg_.small_slot(n.peer, st.parity()) + n.src_offset,
+                    n.bytes);
+    return {};
+  }
+  auto chunk =
+    st.how != path::staged ? std::max<size_t>(longest, 1) : seg_.area_bytes();
   auto rounds = std::max<size_t>(1, (longest + chunk - 1) / chunk);
   for (size_t c = 0; c < rounds; ++c) {
     auto start = c * chunk;
     auto end = start + chunk;
-    if (!direct_) {
+    if (st.how == path::staged) {
       // Staged: this round's window of the contribution goes to area A.
       if (start < mine_bytes)
         std::memcpy(seg_.area(rank_, 0), mine + start,
@@ -154,11 +192,18 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
       if (n.peer == rank_) continue;
       auto lo = std::max(n.src_offset, start);
       auto hi = std::min(n.src_offset + n.bytes, end);
-      if (lo < hi)
-        std::memcpy(out + n.dst_offset + (lo - n.src_offset),
-                    source(st, n.peer, start) + (lo - start), hi - lo);
+      if (lo >= hi) continue;
+      auto* to = out + n.dst_offset + (lo - n.src_offset);
+      const auto* from = source(st, n.peer, start) + (lo - start);
+      if (st.how != path::single_copy) {
+        std::memcpy(to, from, hi - lo);
+      } else if (auto err = pull(st, n.peer, reinterpret_cast<uint64_t>(from),
+                                 to, hi - lo)) {
+        stop_reading(st);
+        return err;
+      }
     }
-    stop_reading();
+    stop_reading(st);
     // Nobody reuses its buffer or area before every rank read it.
     if (auto err = step(st)) return err;
   }
@@ -171,10 +216,12 @@ caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
   op_state st{op_kind::broadcast, &call, clock::now() + call.timeout};
   bool root = rank_ == opts.root;
   const auto& src = root ? in : out;
-  if (auto err = begin(st, make_notice(op_kind::broadcast, src, out,
-                                       out.numel(), opts.root, reduce_op::sum,
-                                       key_of(op_kind::broadcast, out.type(),
-                                              out.numel(), opts.root))))
+  if (auto err = begin(
+        st,
+        make_notice(
+          op_kind::broadcast, src, out, out.numel(), opts.root, reduce_op::sum,
+          key_of(op_kind::broadcast, out.type(), out.numel(), opts.root)),
+        {}, root ? payload_of(in) : std::span<const std::byte>{}))
     return err;
   need from_root{opts.root, 0, out.nbytes(), 0};
   return run_copies(st, root ? bytes_of(in) : nullptr, root ? in.nbytes() : 0,
@@ -188,7 +235,8 @@ caf::error shm_backend::allgather(const op_call& call, const tensor_view& in,
   if (auto err = begin(
         st,
         make_notice(op_kind::allgather, in, out, in.numel(), -1, reduce_op::sum,
-                    key_of(op_kind::allgather, in.type(), in.numel()))))
+                    key_of(op_kind::allgather, in.type(), in.numel())),
+        {}, payload_of(in)))
     return err;
   auto& needs = needs_; // reused: no allocation per call once grown
   needs.clear();
@@ -202,10 +250,12 @@ caf::error shm_backend::gather(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const gather_options& opts) {
   op_state st{op_kind::gather, &call, clock::now() + call.timeout};
-  if (auto err = begin(st, make_notice(op_kind::gather, in, out, in.numel(),
-                                       opts.root, reduce_op::sum,
-                                       key_of(op_kind::gather, in.type(),
-                                              in.numel(), opts.root))))
+  if (auto err =
+        begin(st,
+              make_notice(
+                op_kind::gather, in, out, in.numel(), opts.root, reduce_op::sum,
+                key_of(op_kind::gather, in.type(), in.numel(), opts.root)),
+              {}, payload_of(in)))
     return err;
   auto& needs = needs_; // reused: no allocation per call once grown
   needs.clear();
@@ -221,10 +271,13 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
                                 const scatter_options& opts) {
   op_state st{op_kind::scatter, &call, clock::now() + call.timeout};
   bool root = rank_ == opts.root;
-  if (auto err = begin(st, make_notice(op_kind::scatter, root ? in : out, out,
-                                       out.numel(), opts.root, reduce_op::sum,
-                                       key_of(op_kind::scatter, out.type(),
-                                              out.numel(), opts.root))))
+  if (auto err =
+        begin(st,
+              make_notice(
+                op_kind::scatter, root ? in : out, out, out.numel(), opts.root,
+                reduce_op::sum,
+                key_of(op_kind::scatter, out.type(), out.numel(), opts.root)),
+              {}, root ? payload_of(in) : std::span<const std::byte>{}))
     return err;
   auto block = out.nbytes();
   need mine{opts.root, size_t(rank_) * block, block, 0};
@@ -237,10 +290,12 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                                  const alltoall_options&) {
   op_state st{op_kind::alltoall, &call, clock::now() + call.timeout};
   auto source_view = contribution_of(in, out);
-  if (auto err = begin(
-        st, make_notice(op_kind::alltoall, source_view, out, in.numel(), -1,
-                        reduce_op::sum,
-                        key_of(op_kind::alltoall, in.type(), in.numel()))))
+  if (auto err =
+        begin(st,
+              make_notice(op_kind::alltoall, source_view, out, in.numel(), -1,
+                          reduce_op::sum,
+                          key_of(op_kind::alltoall, in.type(), in.numel())),
+              {}, payload_of(source_view)))
     return err;
   auto block = in.nbytes() / size_t(world_size_);
   auto& needs = needs_; // reused: no allocation per call once grown
@@ -264,7 +319,7 @@ caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
               make_notice(op_kind::allgatherv, in, out, out.numel(), -1,
                           reduce_op::sum,
                           key_of(op_kind::allgatherv, dtype::uint8, 0)),
-              header))
+              header, payload_of(in)))
     return err;
   auto all = published_headers(st, header.size());
   // Every rank sees every header: all fail here, or none.
@@ -299,7 +354,7 @@ caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
                        make_notice(op_kind::alltoallv, source_view, out,
                                    in.numel(), -1, reduce_op::sum,
                                    key_of(op_kind::alltoallv, dtype::uint8, 0)),
-                       header))
+                       header, payload_of(source_view)))
     return err;
   auto all = published_headers(st, header.size());
   if (auto err = check_alltoallv_headers(context(op_kind::alltoallv, &call),
@@ -341,28 +396,38 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
   op_state st{op_kind::allreduce, &call, clock::now() + call.timeout};
   auto n = in.numel();
   if (auto err = begin(
-        st, make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
-                        key_of(op_kind::allreduce, in.type(), n, -1, opts.op))))
+        st,
+        make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
+                    key_of(op_kind::allreduce, in.type(), n, -1, opts.op)),
+        {}, payload_of(in)))
     return err;
   auto es = size_of(in.type());
-  // Direct: one round over everything; staged: rounds of one area.
-  auto chunk_elems = direct_ ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
+  st.how = path_for(n * es);
+  // Small: every rank reduces everything from the slots, in rank order.
+  if (st.how == path::small)
+    return reduce_range(st, 0, 0, n, in.type(), opts.op, bytes_of(out));
+  // Direct, single copy: one round over everything; staged: rounds of one
+  // area.
+  auto chunk_elems =
+    st.how != path::staged ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
   auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * chunk_elems;
     auto count = std::min(chunk_elems, n - std::min(n, first));
     auto start = first * es;
-    if (!direct_) {
+    bool staged = st.how == path::staged;
+    if (staged) {
       std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, count * es);
       if (auto err = step(st)) return err;
     }
     // Phase 1: my slice of this round, across every rank's input.
     auto [lo, hi] = slice_of(count, rank_, world_size_);
     if (auto err = start_reading(st)) return err;
-    reduce_range(st, start, first + lo, hi - lo, in.type(), opts.op,
-                 bytes_of(out) + start + lo * es);
-    stop_reading();
-    if (!direct_)
+    auto reduced = reduce_range(st, start, first + lo, hi - lo, in.type(),
+                                opts.op, bytes_of(out) + start + lo * es);
+    stop_reading(st);
+    if (reduced) return reduced;
+    if (staged)
       std::memcpy(seg_.area(rank_, 1) + lo * es,
                   bytes_of(out) + start + lo * es, (hi - lo) * es);
     if (auto err = step(st)) return err;
@@ -371,14 +436,22 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       auto [rlo, rhi] = slice_of(count, r, world_size_);
+      auto* to = bytes_of(out) + start + rlo * es;
+      auto bytes = (rhi - rlo) * es;
       const std::byte* from =
-        direct_ ? reinterpret_cast<const std::byte*>(
-                    seg_.control(r).notice[st.parity()].out_addr) +
-                    start + rlo * es
-                : seg_.area(r, 1) + rlo * es;
-      std::memcpy(bytes_of(out) + start + rlo * es, from, (rhi - rlo) * es);
+        staged ? seg_.area(r, 1) + rlo * es
+               : reinterpret_cast<const std::byte*>(
+                   seg_.control(r).notice[st.parity()].out_addr) +
+                   start + rlo * es;
+      if (st.how != path::single_copy) {
+        std::memcpy(to, from, bytes);
+      } else if (auto err =
+                   pull(st, r, reinterpret_cast<uint64_t>(from), to, bytes)) {
+        stop_reading(st);
+        return err;
+      }
     }
-    stop_reading();
+    stop_reading(st);
     if (auto err = step(st)) return err;
   }
   return {};
@@ -410,9 +483,11 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
                                       int root, uint64_t key) {
   op_state st{kind, &call, clock::now() + call.timeout};
   auto n = in.numel();
-  if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key)))
+  if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key), {},
+                       payload_of(in)))
     return err;
   auto es = size_of(in.type());
+  st.how = path_for(n * es);
   // The elements this rank reduces.
   size_t want_first = 0;
   size_t want_count = 0;
@@ -422,12 +497,17 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     want_count = out.numel();
     want_first = size_t(rank_) * want_count;
   }
-  auto chunk_elems = direct_ ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
+  if (st.how == path::small)
+    return want_count == 0 ? caf::error{}
+                           : reduce_range(st, 0, want_first, want_count,
+                                          in.type(), op, bytes_of(out));
+  auto chunk_elems =
+    st.how != path::staged ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
   auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * chunk_elems;
     auto count = std::min(chunk_elems, n - std::min(n, first));
-    if (!direct_) {
+    if (st.how == path::staged) {
       std::memcpy(seg_.area(rank_, 0), bytes_of(in) + first * es, count * es);
       if (auto err = step(st)) return err;
     }
@@ -435,9 +515,10 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     auto hi = std::min(first + count, want_first + want_count);
     if (lo < hi) {
       if (auto err = start_reading(st)) return err;
-      reduce_range(st, first * es, lo, hi - lo, in.type(), op,
-                   bytes_of(out) + (lo - want_first) * es);
-      stop_reading();
+      auto reduced = reduce_range(st, first * es, lo, hi - lo, in.type(), op,
+                                  bytes_of(out) + (lo - want_first) * es);
+      stop_reading(st);
+      if (reduced) return reduced;
     }
     if (auto err = step(st)) return err;
   }

@@ -22,6 +22,11 @@ constexpr size_t area_bytes_small_groups = size_t{4} << 20;
 constexpr size_t area_bytes_large_groups = size_t{1} << 20;
 constexpr size_t mailbox_bytes_small_groups = size_t{256} << 10;
 constexpr size_t mailbox_bytes_large_groups = size_t{64} << 10;
+// Per rank and epoch parity: the input of an op that takes one sync step
+// (every rank reduces or copies all of it from every slot, so the slot
+// shrinks as groups grow).
+constexpr size_t small_bytes_small_groups = size_t{8} << 10;
+constexpr size_t small_bytes_large_groups = size_t{2} << 10;
 
 std::vector<char> bytes_of(const std::string& text) {
   return {text.begin(), text.end()};
@@ -64,6 +69,9 @@ shm_backend::shm_backend(const group_config& cfg, segment seg)
     seg_(std::move(seg)), pids_(size_t(cfg.world_size), 0),
     pidfds_(size_t(cfg.world_size), -1), acc_(16 * 2048), tmp_(16 * 2048),
     sources_(size_t(cfg.world_size)) {
+  probe_word_ = probe_value(cfg.rank);
+  // Published before this rank counts itself as attached (finish_formation).
+  seg_.control(rank_).probe_addr = reinterpret_cast<uint64_t>(&probe_word_);
   seg_.control(rank_).pid = static_cast<int32_t>(getpid());
 }
 
@@ -127,12 +135,14 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
                                std::to_string(cfg.timeout.count()) + " ms");
     name = text_of(*published);
   }
-  auto seg = cfg.rank == 0 ? segment::create(name, cfg.world_size,
-                                             small ? area_bytes_small_groups
-                                                   : area_bytes_large_groups,
-                                             small ? mailbox_bytes_small_groups
-                                                   : mailbox_bytes_large_groups)
-                           : segment::attach(name);
+  auto seg =
+    cfg.rank == 0
+      ? segment::create(
+          name, cfg.world_size,
+          small ? area_bytes_small_groups : area_bytes_large_groups,
+          small ? mailbox_bytes_small_groups : mailbox_bytes_large_groups,
+          small ? small_bytes_small_groups : small_bytes_large_groups)
+      : segment::attach(name);
   if (!seg)
     return formation_error(cfg, errc::backend_error, render(seg.error()));
   if (cfg.rank == 0)

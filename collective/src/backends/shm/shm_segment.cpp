@@ -17,7 +17,7 @@ namespace caf_collective::detail::shm {
 
 namespace {
 
-constexpr uint64_t segment_magic = 0x6361666d73686d31ull; // "cafmshm1"
+constexpr uint64_t segment_magic = 0x6361666d73686d32ull; // "cafmshm2"
 
 constexpr size_t round_up(size_t x) noexcept {
   return (x + cache_line - 1) / cache_line * cache_line;
@@ -39,6 +39,10 @@ size_t counts_stride(size_t w) noexcept {
 
 size_t counts_bytes(size_t w) noexcept {
   return round_up(w * 2 * counts_stride(w) * sizeof(uint64_t));
+}
+
+size_t smalls_bytes(size_t w, size_t small_bytes) noexcept {
+  return w * 2 * round_up(small_bytes);
 }
 
 size_t mailbox_stride(size_t mailbox_bytes) noexcept {
@@ -74,20 +78,23 @@ segment::~segment() {
 }
 
 size_t segment::layout_bytes(int world_size, size_t area_bytes,
-                             size_t mailbox_bytes) noexcept {
+                             size_t mailbox_bytes,
+                             size_t small_bytes) noexcept {
   auto w = static_cast<size_t>(world_size);
   return header_bytes() + controls_bytes(w) + counts_bytes(w) +
-         w * 2 * round_up(area_bytes) + w * w * mailbox_stride(mailbox_bytes);
+         smalls_bytes(w, small_bytes) + w * 2 * round_up(area_bytes) +
+         w * w * mailbox_stride(mailbox_bytes);
 }
 
 caf::expected<segment> segment::create(const std::string& name, int world_size,
-                                       size_t area_bytes,
-                                       size_t mailbox_bytes) {
+                                       size_t area_bytes, size_t mailbox_bytes,
+                                       size_t small_bytes) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return system_error("cannot create", name);
   segment result;
   result.name_ = name;
-  result.bytes_ = layout_bytes(world_size, area_bytes, mailbox_bytes);
+  result.bytes_ =
+    layout_bytes(world_size, area_bytes, mailbox_bytes, small_bytes);
   // tmpfs allocates pages on first touch: the unused parts of the mailboxes
   // and areas cost nothing.
   if (ftruncate(fd, static_cast<off_t>(result.bytes_)) != 0) {
@@ -105,6 +112,7 @@ caf::expected<segment> segment::create(const std::string& name, int world_size,
   h.world_size = static_cast<uint32_t>(world_size);
   h.area_bytes = round_up(area_bytes);
   h.mailbox_bytes = round_up(mailbox_bytes);
+  h.small_bytes = static_cast<uint32_t>(round_up(small_bytes));
   h.aborted_by.store(-1);
   h.abort_code.store(0);
   for (int r = 0; r < world_size; ++r)
@@ -139,7 +147,8 @@ caf::expected<segment> segment::attach(const std::string& name) {
     std::memory_order_acquire);
   if (magic != segment_magic ||
       layout_bytes(result.world_size(), result.header_->area_bytes,
-                   result.header_->mailbox_bytes) != result.bytes_)
+                   result.header_->mailbox_bytes,
+                   result.header_->small_bytes) != result.bytes_)
     return make_error(errc::backend_error,
                       "shared memory: segment '" + name +
                         "' is not a caf-collective segment of this version");
@@ -165,16 +174,24 @@ uint64_t* segment::counts(int rank, int parity) const noexcept {
          (static_cast<size_t>(rank) * 2 + size_t(parity)) * counts_stride(w);
 }
 
-std::byte* segment::area(int rank, int which) const noexcept {
+std::byte* segment::small_slot(int rank, int parity) const noexcept {
   auto w = static_cast<size_t>(world_size());
   auto* first = base_ + header_bytes() + controls_bytes(w) + counts_bytes(w);
+  return first +
+         (static_cast<size_t>(rank) * 2 + size_t(parity)) * small_bytes();
+}
+
+std::byte* segment::area(int rank, int which) const noexcept {
+  auto w = static_cast<size_t>(world_size());
+  auto* first = base_ + header_bytes() + controls_bytes(w) + counts_bytes(w) +
+                smalls_bytes(w, small_bytes());
   return first + (static_cast<size_t>(rank) * 2 + size_t(which)) * area_bytes();
 }
 
 mailbox_header& segment::mailbox(int from, int to) const noexcept {
   auto w = static_cast<size_t>(world_size());
   auto* first = base_ + header_bytes() + controls_bytes(w) + counts_bytes(w) +
-                w * 2 * area_bytes();
+                smalls_bytes(w, small_bytes()) + w * 2 * area_bytes();
   auto index = static_cast<size_t>(from) * w + static_cast<size_t>(to);
   return *reinterpret_cast<mailbox_header*>(
     first + index * mailbox_stride(mailbox_bytes()));

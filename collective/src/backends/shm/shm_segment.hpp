@@ -6,6 +6,8 @@
 //   header            bell (futex word), sleepers, attach count, abort mark
 //   control[W]        per rank: sync epoch, pid, and per epoch parity the
 //                     op's agreement key, counts and published addresses
+//   small[W][2]       per rank and epoch parity: the input of a small op
+//                     (one sync step: written before it, read after it)
 //   slot[W]           per rank: two areas of `area_bytes` (A: the rank's
 //                     input chunk, B: its reduced slice) for ranks in
 //                     other processes (staged mode)
@@ -33,7 +35,7 @@ inline constexpr int max_world_size = 256;
 struct alignas(cache_line) segment_header {
   uint64_t magic;
   uint32_t world_size;
-  uint32_t reserved;
+  uint32_t small_bytes; // of one small-op slot
   uint64_t area_bytes;
   uint64_t mailbox_bytes;
   std::atomic<uint32_t> attached;
@@ -68,8 +70,20 @@ struct alignas(cache_line) rank_control {
   /// aborting rank waits for it before its caller may free them.
   alignas(cache_line) std::atomic<uint32_t> reading;
   alignas(cache_line) int32_t pid;
+  /// Across processes: 1 once this rank read every peer's probe word with
+  /// process_vm_readv, 2 if the kernel refused (then the group copies
+  /// through the segment), 0 before it knows.
+  std::atomic<uint32_t> single_copy_verdict;
+  /// The address of the rank's probe word (its value: probe_value(rank)).
+  uint64_t probe_addr;
   op_notice notice[2];
 };
+
+/// What a rank's probe word holds: peers check that process_vm_readv read
+/// the right word, not just some readable memory.
+constexpr uint64_t probe_value(int rank) noexcept {
+  return 0x70726f6265000000ull + static_cast<uint64_t>(rank);
+}
 
 struct alignas(cache_line) mailbox_header {
   std::atomic<uint64_t> posted; // chunks written by the sender
@@ -91,7 +105,8 @@ class segment {
 
   /// Creates and maps a new segment named `name` for `world_size` ranks.
   static caf::expected<segment> create(const std::string& name, int world_size,
-                                       size_t area_bytes, size_t mailbox_bytes);
+                                       size_t area_bytes, size_t mailbox_bytes,
+                                       size_t small_bytes);
 
   /// Maps the segment another rank created.
   static caf::expected<segment> attach(const std::string& name);
@@ -110,6 +125,11 @@ class segment {
   /// values (the header of allgatherv / alltoallv, agreement.hpp).
   uint64_t* counts(int rank, int parity) const noexcept;
 
+  /// Slot of `rank` for small ops starting at an epoch of parity `parity`.
+  std::byte* small_slot(int rank, int parity) const noexcept;
+
+  size_t small_bytes() const noexcept { return header_->small_bytes; }
+
   /// Staged-mode area A (input chunk) or B (reduced slice) of `rank`.
   std::byte* area(int rank, int which) const noexcept;
 
@@ -123,7 +143,7 @@ class segment {
 
  private:
   static size_t layout_bytes(int world_size, size_t area_bytes,
-                             size_t mailbox_bytes) noexcept;
+                             size_t mailbox_bytes, size_t small_bytes) noexcept;
 
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;

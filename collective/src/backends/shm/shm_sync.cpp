@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <map>
+#include <numeric>
 #include <thread>
 
 #include <linux/futex.h>
@@ -82,9 +84,15 @@ error_context shm_backend::context(op_kind op,
 
 void shm_backend::ring() noexcept {
   auto& h = seg_.header();
-  h.bell.fetch_add(1, std::memory_order_seq_cst);
-  if (h.sleepers.load(std::memory_order_seq_cst) > 0)
+  // Paired with the fence of a waiter between counting itself in
+  // `sleepers` and its last look at the flags: either it sees what the
+  // caller just wrote, or we see it and wake it. Nobody asleep: no shared
+  // write and no system call.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h.sleepers.load(std::memory_order_relaxed) > 0) {
+    h.bell.fetch_add(1, std::memory_order_relaxed);
     futex(&h.bell, FUTEX_WAKE, INT_MAX, nullptr);
+  }
 }
 
 caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
@@ -112,6 +120,12 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
   }
   if (by < 0 || by == rank_) return {};
   auto code = static_cast<errc>(seg_.header().abort_code.load());
+  if (code == errc::peer_lost && waiting_for.empty()) {
+    // It lost a peer: name the dead if this rank can see them too.
+    std::vector<int> everyone(static_cast<size_t>(world_size_));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    if (auto err = failure_if_any(op, call, everyone)) return err;
+  }
   if (code == errc::timeout && !waiting_for.empty())
     // It gave up on the same ranks this rank waits for: the same timeout.
     return make_error(errc::timeout, context(op, call),
@@ -158,6 +172,7 @@ shm_backend::wait_until(const std::function<bool()>& ready,
     timespec ts{static_cast<time_t>(ns.count() / 1000000000),
                 static_cast<long>(ns.count() % 1000000000)};
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst); // see ring()
     if (!ready()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -180,16 +195,29 @@ caf::error shm_backend::step(op_state& st) {
         result.push_back(r);
     return result;
   };
-  return wait_until(ready, laggards, st.op, st.call, st.deadline);
+  if (auto err = wait_until(ready, laggards, st.op, st.call, st.deadline))
+    return err;
+  // A rank that aborted may have stepped before: its op failed, so the
+  // group is broken for this op too (small ops end with this step).
+  if (seg_.header().aborted_by.load(std::memory_order_acquire) != -1)
+    if (auto err = failure_if_any(st.op, st.call, {})) {
+      failed_code_.store(code_of(err));
+      return err;
+    }
+  return {};
 }
 
 caf::error shm_backend::begin(op_state& st, op_notice notice,
-                              std::span<const uint64_t> counts) {
+                              std::span<const uint64_t> counts,
+                              std::span<const std::byte> payload) {
   st.first_epoch = epoch_ + 1;
   auto parity = st.parity();
   seg_.control(rank_).notice[parity] = notice;
   if (!counts.empty())
     std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
+  // Small ops need nothing more than this step: their data rides along.
+  if (!payload.empty() && payload.size() <= seg_.small_bytes())
+    std::memcpy(seg_.small_slot(rank_, parity), payload.data(), payload.size());
   if (auto err = step(st)) return err;
   // Every rank published before stepping; nobody overwrites this parity
   // before every rank passed this op's last step.
@@ -205,8 +233,16 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
   return make_error(errc::mismatch, context(st.op, st.call), detail);
 }
 
+shm_backend::path shm_backend::path_for(size_t longest) const noexcept {
+  if (longest <= seg_.small_bytes()) return path::small;
+  if (direct_) return path::direct;
+  if (single_copy_ && longest >= single_copy_min_bytes)
+    return path::single_copy;
+  return path::staged;
+}
+
 caf::error shm_backend::start_reading(const op_state& st) {
-  if (!direct_) return {};
+  if (st.how != path::direct && st.how != path::single_copy) return {};
   auto& mine = seg_.control(rank_).reading;
   mine.store(1, std::memory_order_seq_cst);
   // Paired with abort(): either the aborting rank sees our mark and waits,
@@ -218,8 +254,9 @@ caf::error shm_backend::start_reading(const op_state& st) {
   return {};
 }
 
-void shm_backend::stop_reading() noexcept {
-  if (direct_) seg_.control(rank_).reading.store(0, std::memory_order_release);
+void shm_backend::stop_reading(const op_state& st) noexcept {
+  if (st.how == path::direct || st.how == path::single_copy)
+    seg_.control(rank_).reading.store(0, std::memory_order_release);
 }
 
 void shm_backend::abort(std::string_view why) {
@@ -237,15 +274,18 @@ void shm_backend::abort(std::string_view why) {
     h.aborted_by.store(rank_, std::memory_order_seq_cst);
   }
   ring();
-  // Direct mode: a peer may be copying out of our buffers right now. Our
-  // caller frees them once we return, so wait until no peer reads (a copy
-  // takes far less than this bound even for gigabytes).
-  if (!direct_) return;
+  // Direct and single copy: a peer may be copying out of our buffers right
+  // now. Our caller frees them once we return, so wait until no peer reads
+  // (a copy takes far less than this bound even for gigabytes; a dead
+  // reader reads nothing).
+  if (!direct_ && !single_copy_) return;
   auto until = clock::now() + std::chrono::seconds{5};
   for (int r = 0; r < world_size_; ++r)
     while (r != rank_ &&
            seg_.control(r).reading.load(std::memory_order_seq_cst) != 0 &&
-           clock::now() < until)
+           clock::now() < until &&
+           !(pids_[size_t(r)] != pids_[size_t(rank_)] &&
+             process_gone(pids_[size_t(r)], pidfds_[size_t(r)])))
       std::this_thread::yield();
 }
 
@@ -276,6 +316,11 @@ caf::error shm_backend::finish_formation(clock::time_point deadline) {
   }
   direct_ = std::all_of(pids_.begin(), pids_.end(),
                         [&](int32_t pid) { return pid == pids_[0]; });
+  if (!direct_)
+    if (auto err = agree_on_single_copy(deadline)) {
+      seg_.unlink();
+      return err;
+    }
   // Every rank has the segment mapped: a killed process leaves nothing.
   seg_.unlink();
   return {};
