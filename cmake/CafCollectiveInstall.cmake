@@ -61,6 +61,12 @@ install(TARGETS ${caf_collective_export_targets}
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}"
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 
+# The launcher: <prefix>/bin/caf_collective_run (tools/CMakeLists.txt).
+if(TARGET caf_collective_run)
+  install(TARGETS caf_collective_run
+    RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+endif()
+
 # Public headers: <layer>/caf_collective/*.hpp of each layer built.
 foreach(layer IN ITEMS collective object_store actors)
   if(layer STREQUAL "collective" OR TARGET caf_collective_${layer})

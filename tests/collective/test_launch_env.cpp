@@ -321,3 +321,20 @@ TEST_CASE("a rank with a wrong secret is refused while the others' run is "
   CHECK(test::wait_process(rank1, 90s) == 0);
   CHECK((*server)->refused_clients() == 1);
 }
+
+TEST_CASE("4 processes as two hosts on 127.0.0.2 and 127.0.0.3 meet over TCP "
+          "alone") {
+  // No shared directory: rank 0 serves the store on the first "host"; each
+  // rank's Gloo device binds its host's address.
+  auto port = std::to_string(unused_port());
+  run_ranks(4, [&](int r) {
+    return vars{{"RANK", std::to_string(r)},
+                {"WORLD_SIZE", "4"},
+                {"LOCAL_RANK", std::to_string(r % 2)},
+                {"MASTER_ADDR", "127.0.0.2"},
+                {"MASTER_PORT", port},
+                {"CAF_COLLECTIVE_SECRET", "two-hosts"},
+                {"CAF_COLLECTIVE_HOSTNAME", r < 2 ? "127.0.0.2" : "127.0.0.3"},
+                {"CAF_COLLECTIVE_TEST_LOCAL_RANKS", "0,1,0,1"}};
+  });
+}

@@ -1,0 +1,145 @@
+// caf_collective_run: real processes under the real launcher, its output
+// and exit status read as a user would.
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process_support.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string launcher = CAF_COLLECTIVE_LAUNCHER;
+const std::string rank_program = CAF_COLLECTIVE_LAUNCHED_RANK;
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in{path};
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// The launcher with `args`, its stdout and stderr in files of `dir`.
+pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args) {
+  args.insert(args.begin(), launcher);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto out = (dir.path / "stdout").string();
+  auto err = (dir.path / "stderr").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, launcher.c_str(), &actions, nullptr, argv.data(),
+                       environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+/// Pids the ranks wrote to `dir`, waiting until all `n` are there.
+std::vector<pid_t> rank_pids(const test::temp_dir& dir, int n) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 3000; ++i) {
+    pids.clear();
+    for (int r = 0; r < n; ++r) {
+      auto text = read_file(dir.path / ("pid." + std::to_string(r)));
+      if (!text.empty()) pids.push_back(std::stoi(text));
+    }
+    if (int(pids.size()) == n) return pids;
+    std::this_thread::sleep_for(10ms);
+  }
+  FAIL("the ranks never wrote their pids");
+  return pids;
+}
+
+bool gone(pid_t pid) {
+  return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+} // namespace
+
+TEST_CASE("4 ranks run every op through the launcher, each line prefixed "
+          "with its rank") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "4", rank_program, "every-op"});
+  CHECK(test::wait_process(pid, 90s) == 0);
+  auto out = read_file(dir.path / "stdout");
+  INFO("stdout: " << out << "\nstderr: " << read_file(dir.path / "stderr"));
+  for (int r = 0; r < 4; ++r) {
+    auto rank = std::to_string(r);
+    CHECK(
+      contains(out, "[rank " + rank + "] rank " + rank + ": every op ok\n"));
+  }
+  std::istringstream lines{out};
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count)
+    CHECK(line.rfind("[rank ", 0) == 0);
+  CHECK(count == 4);
+}
+
+TEST_CASE("when one rank fails the launcher stops the others and exits with "
+          "its status") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "4", "--grace-ms", "2000", rank_program,
+                                  "fail", "2", "7", dir.path.string()});
+  auto pids = rank_pids(dir, 4);
+  CHECK(test::wait_process(pid, 60s) == 7);
+  // The other ranks would wait two minutes: they were stopped.
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(gone(pids[r]));
+  }
+  CHECK(contains(read_file(dir.path / "stdout"), "[rank 2] rank 2 fails now"));
+  CHECK(contains(read_file(dir.path / "stderr"),
+                 "rank 2 exited with status 7; stopping the other ranks"));
+}
+
+TEST_CASE("SIGTERM to the launcher is forwarded to every rank") {
+  test::temp_dir dir;
+  auto pid =
+    start_launcher(dir, {"-n", "3", rank_program, "trap", dir.path.string()});
+  auto pids = rank_pids(dir, 3);
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  // The launcher reports the signal that stopped the run: 128 + 15.
+  CHECK(test::wait_process(pid, 60s) == 128 + SIGTERM);
+  auto out = read_file(dir.path / "stdout");
+  for (int r = 0; r < 3; ++r) {
+    auto rank = std::to_string(r);
+    CHECK(contains(out, "[rank " + rank + "] rank " + rank + " got signal " +
+                          std::to_string(SIGTERM)));
+    CHECK(gone(pids[r]));
+  }
+}
+
+TEST_CASE("a program that cannot start fails the launch with 127") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "2", "/nonexistent/program"});
+  CHECK(test::wait_process(pid, 30s) == 127);
+  CHECK(contains(read_file(dir.path / "stderr"),
+                 "cannot start '/nonexistent/program'"));
+}
+
+TEST_CASE("a bad command line is refused naming the option") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "zero", rank_program});
+  CHECK(test::wait_process(pid, 30s) == 2);
+  CHECK(contains(read_file(dir.path / "stderr"),
+                 "-n 'zero' is not a rank count in 1-1024"));
+}

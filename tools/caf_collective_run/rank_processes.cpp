@@ -1,0 +1,299 @@
+#include "rank_processes.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace caf_collective::launcher {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// Signal handlers only write the signal number here; the loop reads it.
+int signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  auto saved = errno;
+  auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] auto n = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+void write_all(int fd, const std::string& text) {
+  const char* pos = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    auto n = ::write(fd, pos, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return; // our own output is gone: nothing else to do
+    pos += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void note(const std::string& text) {
+  write_all(2, "[caf_collective_run] " + text + "\n");
+}
+
+// Prints every complete line of `pending` with the rank's prefix; with
+// `flush`, also the rest (the stream ended without a final newline).
+void emit_lines(int rank, std::string& pending, int to_fd, bool flush) {
+  std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  std::string out;
+  size_t start = 0;
+  for (;;) {
+    auto nl = pending.find('\n', start);
+    if (nl == std::string::npos) break;
+    out += prefix;
+    out.append(pending, start, nl - start + 1);
+    start = nl + 1;
+  }
+  pending.erase(0, start);
+  if (flush && !pending.empty()) {
+    out += prefix + pending + "\n";
+    pending.clear();
+  }
+  // One write per batch of lines: lines of different ranks never mix.
+  if (!out.empty()) write_all(to_fd, out);
+}
+
+// Reads what is available on `fd`; closes it at end of stream.
+void drain(int rank, int& fd, std::string& pending, int to_fd) {
+  char buf[65536];
+  auto n = ::read(fd, buf, sizeof(buf));
+  if (n > 0) {
+    pending.append(buf, static_cast<size_t>(n));
+    emit_lines(rank, pending, to_fd, false);
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  emit_lines(rank, pending, to_fd, true);
+  ::close(fd);
+  fd = -1;
+}
+
+int status_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::string describe(int status) {
+  if (status > 128)
+    return "was killed by signal " + std::to_string(status - 128) + " (" +
+           ::strsignal(status - 128) + ")";
+  return "exited with status " + std::to_string(status);
+}
+
+// Signals the rank's whole process group: programs the rank started go too.
+void signal_rank(const rank_process& r, int sig) {
+  if (r.running) ::kill(-r.pid, sig);
+}
+
+} // namespace
+
+void install_signal_handlers() {
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP})
+    ::sigaction(sig, &sa, nullptr);
+  // A closed stdout (| head) must not kill the launcher mid-run.
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+std::string start_rank(int rank, const std::vector<std::string>& command,
+                       const std::vector<std::string>& env, rank_process& out) {
+  int out_pipe[2];
+  int err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return std::strerror(errno);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return std::strerror(errno);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Its own process group: a terminal's Ctrl-C reaches the launcher only,
+  // which forwards it once, and stopping a rank stops what it started.
+  posix_spawnattr_setpgroup(&attr, 0);
+  // The launcher's handlers and ignored SIGPIPE must not leak into ranks.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGPIPE})
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+                                    POSIX_SPAWN_SETSIGDEF |
+                                    POSIX_SPAWN_SETSIGMASK);
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> vars = env;
+  std::vector<char*> envp;
+  for (auto& v : vars)
+    envp.push_back(v.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, args[0].c_str(), &actions, &attr, argv.data(),
+                          envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return "cannot start '" + args[0] + "': " + std::strerror(rc);
+  }
+  out.rank = rank;
+  out.pid = pid;
+  out.out_fd = out_pipe[0];
+  out.err_fd = err_pipe[0];
+  out.running = true;
+  return {};
+}
+
+void kill_all(std::vector<rank_process>& ranks) {
+  for (auto& r : ranks)
+    if (r.running) {
+      signal_rank(r, SIGKILL);
+      int ws = 0;
+      ::waitpid(r.pid, &ws, 0);
+      r.running = false;
+    }
+}
+
+int supervise(std::vector<rank_process>& ranks,
+              std::chrono::milliseconds grace) {
+  int first_failed = -1;
+  int stop_signal = 0;
+  bool stopping = false;
+  auto kill_at = clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    for (auto& r : ranks)
+      signal_rank(r, sig);
+    if (!stopping) kill_at = clock::now() + grace;
+    stopping = true;
+  };
+  auto reap = [&] {
+    for (;;) {
+      int ws = 0;
+      pid_t pid = ::waitpid(-1, &ws, WNOHANG);
+      if (pid <= 0) return;
+      auto r =
+        std::find_if(ranks.begin(), ranks.end(),
+                     [&](const rank_process& x) { return x.pid == pid; });
+      if (r == ranks.end()) continue;
+      r->running = false;
+      r->status = status_of(ws);
+      if (r->status != 0 && first_failed < 0 && stop_signal == 0) {
+        first_failed = r->rank;
+        note("rank " + std::to_string(r->rank) + " " + describe(r->status) +
+             "; stopping the other ranks");
+        stop_all(SIGTERM);
+      }
+    }
+  };
+  // Once every rank exited, programs they left behind may still hold their
+  // pipes open: give the output a moment, then stop reading.
+  auto drain_until = clock::time_point::max();
+  for (;;) {
+    bool any_running = std::any_of(ranks.begin(), ranks.end(),
+                                   [](auto& r) { return r.running; });
+    bool any_open = std::any_of(ranks.begin(), ranks.end(), [](auto& r) {
+      return r.out_fd >= 0 || r.err_fd >= 0;
+    });
+    if (!any_running && drain_until == clock::time_point::max())
+      drain_until = clock::now() + std::chrono::seconds{1};
+    if (!any_running && (!any_open || clock::now() >= drain_until)) break;
+    std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+    std::vector<std::pair<rank_process*, bool>> owners{{nullptr, false}};
+    for (auto& r : ranks) {
+      if (r.out_fd >= 0) {
+        fds.push_back({r.out_fd, POLLIN, 0});
+        owners.emplace_back(&r, true);
+      }
+      if (r.err_fd >= 0) {
+        fds.push_back({r.err_fd, POLLIN, 0});
+        owners.emplace_back(&r, false);
+      }
+    }
+    auto wake_at = std::min(kill_at, drain_until);
+    int timeout_ms = -1;
+    if (wake_at != clock::time_point::max())
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(wake_at -
+                                                              clock::now())
+            .count() +
+          1,
+        0, 60000));
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+    if ((fds[0].revents & POLLIN) != 0) {
+      unsigned char sig = 0;
+      while (::read(signal_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGCHLD) continue;
+        if (stop_signal == 0) {
+          stop_signal = sig;
+          note(std::string{"got "} + ::strsignal(sig) +
+               "; forwarding it to every rank");
+          stop_all(sig);
+        } else {
+          // A second Ctrl-C: do not wait for the grace period.
+          stop_all(SIGKILL);
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [r, is_out] = owners[i];
+      if (is_out)
+        drain(r->rank, r->out_fd, r->out_pending, 1);
+      else
+        drain(r->rank, r->err_fd, r->err_pending, 2);
+    }
+    reap();
+    if (stopping && clock::now() >= kill_at) {
+      for (auto& r : ranks)
+        if (r.running) {
+          note("rank " + std::to_string(r.rank) +
+               " did not stop within the grace period: SIGKILL");
+          signal_rank(r, SIGKILL);
+        }
+      kill_at = clock::time_point::max();
+    }
+  }
+  for (auto& r : ranks) {
+    if (r.out_fd >= 0) {
+      emit_lines(r.rank, r.out_pending, 1, true);
+      ::close(r.out_fd);
+    }
+    if (r.err_fd >= 0) {
+      emit_lines(r.rank, r.err_pending, 2, true);
+      ::close(r.err_fd);
+    }
+  }
+  if (first_failed >= 0) return ranks[first_failed].status;
+  if (stop_signal != 0) return 128 + stop_signal;
+  return 0;
+}
+
+} // namespace caf_collective::launcher

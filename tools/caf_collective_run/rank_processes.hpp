@@ -1,0 +1,49 @@
+// The rank processes of one launch: started in process groups of their
+// own, their output read through pipes and printed line by line with a
+// "[rank R] " prefix, signals forwarded, and the group stopped when one
+// rank fails.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace caf_collective::launcher {
+
+struct rank_process {
+  int rank = 0;
+  pid_t pid = -1;
+  /// Read ends of the rank's stdout and stderr; -1 once closed.
+  int out_fd = -1;
+  int err_fd = -1;
+  /// Output not yet printed: the part after the last newline.
+  std::string out_pending;
+  std::string err_pending;
+  bool running = false;
+  /// Exit code, or 128 + signal number.
+  int status = 0;
+};
+
+/// Starts `command` (looked up in PATH) with `env` as the rank `rank`.
+/// Returns an error text, or an empty string.
+std::string start_rank(int rank, const std::vector<std::string>& command,
+                       const std::vector<std::string>& env, rank_process& out);
+
+/// Installs the signal handlers supervise() relies on. Call before the
+/// first start_rank, so no child exit or signal is missed.
+void install_signal_handlers();
+
+/// Runs until every rank has exited and its output is printed. Forwards
+/// SIGINT and SIGTERM; when a rank fails, sends SIGTERM to the others and
+/// SIGKILL after `grace`. Returns the launcher's exit status: the first
+/// failed rank's status, else 128 + the signal that stopped the launch,
+/// else 0.
+int supervise(std::vector<rank_process>& ranks,
+              std::chrono::milliseconds grace);
+
+/// Stops ranks already started (SIGKILL) and reaps them: for a launch that
+/// could not start every rank.
+void kill_all(std::vector<rank_process>& ranks);
+
+} // namespace caf_collective::launcher
