@@ -29,6 +29,8 @@
 
 namespace caf_collective {
 
+/// `timeout` bounds each tensor op underneath (header, payload, verdict),
+/// so one object op may take up to about three times as long.
 struct object_options : op_options {
   /// send_object / recv_object: a recv matches a send with the same
   /// (peer, tag), as with send_options::tag.
