@@ -8,12 +8,20 @@
 //               allgather_object, after the headers and before the
 //               payloads; the others exit 3 when the op failed with a lost
 //               peer (or a timeout) naming the op, 1 otherwise.
+//   mode "msg": caf::message through each process's own actor system;
+//               rank 0's system alone does not register shard_plan, so the
+//               second allgather (of a shard_plan) fails on every rank:
+//               exit 3 when the first worked and the second failed as
+//               expected, 1 otherwise.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <unistd.h>
 #include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 
 #include <caf_collective/object_collectives.hpp>
 
@@ -82,11 +90,46 @@ void run_every_op(int world, int rank) {
   }
 }
 
+// Every rank's message of built-in types arrives; then a message holding a
+// type rank 0 cannot name fails on every rank: invalid_argument where rank 0
+// could not serialize its own (it is rank 0's contribution).
+int run_messages(int world, int rank) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 1);
+  if (rank != 0) cfg.add_message_type<shard_plan>("shard_plan");
+  caf::actor_system sys{cfg};
+  auto all = col::allgather_message(
+    sys,
+    caf::make_message(std::string(static_cast<size_t>(rank) * 100, 'm'),
+                      int32_t{rank}),
+    "objs");
+  for (int r = 0; r < world; ++r) {
+    auto& m = all[static_cast<size_t>(r)];
+    expect(m.match_elements<std::string, int32_t>() &&
+             m.get_as<std::string>(0).size() == static_cast<size_t>(r) * 100 &&
+             m.get_as<int32_t>(1) == r,
+           "message of rank " + std::to_string(r), rank);
+  }
+  if (failures > 0) return 1;
+  try {
+    col::allgather_message(sys, caf::make_message(plan_of(rank)), "objs");
+  } catch (const col::collective_error& e) {
+    std::string text = e.what();
+    bool expected = e.code() == col::errc::invalid_argument &&
+                    text.find("rank(s) [0]") != std::string::npos &&
+                    text.find("shard_plan") != std::string::npos;
+    std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+    return expected ? 3 : 1;
+  }
+  std::fprintf(stderr, "rank %d: an unregistered type went through\n", rank);
+  return 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s <world> <rank> <store dir> <ok|die>\n",
+    std::fprintf(stderr, "usage: %s <world> <rank> <store dir> <ok|die|msg>\n",
                  argv[0]);
     return 2;
   }
@@ -103,6 +146,11 @@ int main(int argc, char** argv) {
       col::barrier("objs");
       col::destroy_collective_group("objs");
       return failures == 0 ? 0 : 1;
+    }
+    if (mode == "msg") {
+      int rc = run_messages(world, rank);
+      col::destroy_collective_group("objs");
+      return rc;
     }
     if (rank == world - 1)
       col::detail::test_hooks().between_phases = [] { _exit(7); };

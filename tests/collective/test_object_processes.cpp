@@ -44,3 +44,12 @@ TEST_CASE("a rank that dies inside allgather_object fails the others with "
   CHECK(codes[0] == 3); // peer_lost or timeout, naming allgather_object
   CHECK(codes[1] == 3);
 }
+
+TEST_CASE("caf::message objects move between 3 processes with their own "
+          "registries and a type one registry lacks fails every rank") {
+  auto codes = run_processes(3, "msg");
+  for (size_t r = 0; r < codes.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(codes[r] == 3);
+  }
+}
