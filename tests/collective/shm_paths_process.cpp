@@ -12,7 +12,7 @@
 //   matrix    allreduce, reduce and reduce_scatter of every dtype and
 //             reduce op against the reference of test_support.hpp, at sizes
 //             of the small path and of the large paths
-//   victim    root of 32 MiB broadcasts until it is killed
+//   victim    root of 8 MiB broadcasts (single copy) until it is killed
 //   reader    takes the victim's broadcasts until one fails; exit 0 if it
 //             failed with peer_lost naming the victim (the last rank)
 // Failures go to stderr; exit 1 on any.
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
       col::destroy_collective_group(g);
     } else if (mode == "victim" || mode == "reader") {
       col::init_collective_group(world, my_rank, "shm", g, options(dir, g));
-      auto big = test::make_tensor(col::dtype::uint8, size_t{32} << 20);
+      auto big = test::make_tensor(col::dtype::uint8, size_t{8} << 20);
       for (;;) {
         try {
           col::broadcast(big, world - 1, g);

@@ -100,7 +100,7 @@ TEST_CASE("shm: a process killed while its peers read its memory makes them "
     MESSAGE("no single copy on this kernel: the peers read staged copies");
   test::temp_dir dir;
   constexpr int world = 3;
-  // The victim (the last rank) broadcasts 32 MiB over and over: its readers
+  // The victim (the last rank) broadcasts 8 MiB over and over: its readers
   // spend most of their time copying out of its memory when it dies.
   std::vector<pid_t> readers;
   for (int r = 0; r < world - 1; ++r)

@@ -47,10 +47,15 @@
 
 namespace caf_collective::detail::shm {
 
-/// Across processes, ops whose largest contribution has at least this many
-/// bytes move by single copy (where the kernel allows it); smaller ones by
-/// the staged copy, whose two memcpys cost less than the system calls.
+/// Across processes, ops whose largest contribution has between these
+/// many bytes move by single copy (where the kernel allows it), others by
+/// the staged copy. Below: two memcpys cost less than the system calls.
+/// Above: the buffers no longer fit in the caches, and the staged copy,
+/// whose memcpy writes past the caches (non-temporal stores) into a
+/// segment area that stays cached, measured faster than the kernel's copy
+/// (docs/benchmarks.md, "Single copy against staged copy").
 inline constexpr size_t single_copy_min_bytes = size_t{64} << 10;
+inline constexpr size_t single_copy_max_bytes = size_t{8} << 20;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
 inline constexpr size_t single_copy_block_elements = 32768;
@@ -231,7 +236,8 @@ class shm_backend : public backend {
   bool single_copy_ = false; // agreed at formation (processes only)
   // Read by peers through process_vm_readv at formation.
   uint64_t probe_word_ = 0;
-  uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
+  uint64_t epoch_ = 0;      // this rank's steps, mirrored in its control block
+  bool yield_hint_ = false; // set by step()'s readiness check, see there
   std::atomic<bool> aborted_{false};
   // Why an op of this rank failed (timeout, peer_lost), else aborted: what
   // abort() tells the peers.

@@ -66,6 +66,9 @@ struct op_notice {
 
 struct alignas(cache_line) rank_control {
   std::atomic<uint64_t> epoch; // sync steps completed
+  /// The CPU the rank ran on at its last step: a waiter whose missing peer
+  /// shares its CPU yields at once instead of spinning.
+  std::atomic<int32_t> cpu;
   /// Non-zero while this rank reads other ranks' buffers (direct mode); an
   /// aborting rank waits for it before its caller may free them.
   alignas(cache_line) std::atomic<uint32_t> reading;

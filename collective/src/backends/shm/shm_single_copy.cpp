@@ -78,8 +78,9 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
     tmp_.resize(8 * single_copy_block_elements);
     pulled_.resize(8 * single_copy_block_elements);
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
-             "of at least {} bytes move by single copy (process_vm_readv)",
-             group_name_, rank_, world_size_, single_copy_min_bytes);
+             "of {} to {} bytes move by single copy (process_vm_readv)",
+             group_name_, rank_, world_size_, single_copy_min_bytes,
+             single_copy_max_bytes);
   } else {
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
              "move by staged copy through the segment (no single copy: "

@@ -9,6 +9,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -142,10 +143,14 @@ shm_backend::wait_until(const std::function<bool()>& ready,
                         const std::function<std::vector<int>()>& laggards,
                         op_kind op, const op_call* call,
                         clock::time_point deadline) {
+  yield_hint_ = false;
   for (int i = 0; i < spin_iterations; ++i) {
     if (ready()) return {};
-    cpu_relax();
-    if (i % 64 == 63) std::this_thread::yield();
+    // A peer on this CPU cannot arrive while we spin: let it run.
+    if (yield_hint_ || i % 64 == 63)
+      std::this_thread::yield();
+    else
+      cpu_relax();
   }
   auto& h = seg_.header();
   for (;;) {
@@ -180,13 +185,23 @@ shm_backend::wait_until(const std::function<bool()>& ready,
 
 caf::error shm_backend::step(op_state& st) {
   auto target = ++epoch_;
-  seg_.control(rank_).epoch.store(target, std::memory_order_release);
+  auto& mine = seg_.control(rank_);
+  auto cpu = sched_getcpu();
+  mine.cpu.store(cpu, std::memory_order_relaxed);
+  mine.epoch.store(target, std::memory_order_release);
   ring();
-  auto ready = [this, target] {
-    for (int r = 0; r < world_size_; ++r)
-      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
-        return false;
-    return true;
+  auto ready = [this, target, cpu] {
+    bool all = true;
+    bool beside = false; // a rank still missing last ran on this CPU
+    for (int r = 0; r < world_size_; ++r) {
+      auto& c = seg_.control(r);
+      if (c.epoch.load(std::memory_order_acquire) < target) {
+        all = false;
+        beside |= c.cpu.load(std::memory_order_relaxed) == cpu;
+      }
+    }
+    yield_hint_ = beside;
+    return all;
   };
   auto laggards = [this, target] {
     std::vector<int> result;
@@ -236,7 +251,8 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
 shm_backend::path shm_backend::path_for(size_t longest) const noexcept {
   if (longest <= seg_.small_bytes()) return path::small;
   if (direct_) return path::direct;
-  if (single_copy_ && longest >= single_copy_min_bytes)
+  if (single_copy_ && longest >= single_copy_min_bytes &&
+      longest <= single_copy_max_bytes)
     return path::single_copy;
   return path::staged;
 }
