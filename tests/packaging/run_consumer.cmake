@@ -96,6 +96,12 @@ if(MODE STREQUAL "package")
                           "not installed under ${prefix}/include")
     endif()
   endforeach()
+  # The launcher runs from the prefix (its RPATH finds a shared library).
+  if(NOT EXISTS "${prefix}/bin/caf_collective_run")
+    message(FATAL_ERROR "packaging test: ${prefix}/bin/caf_collective_run "
+                        "not installed")
+  endif()
+  step(launcher "${prefix}/bin/caf_collective_run" -n 2 true)
   # Only public headers (<layer>/caf_collective/*.hpp) and the generated
   # config.hpp may be installed: never the private ones of collective/src.
   file(GLOB_RECURSE installed RELATIVE "${prefix}/include"
