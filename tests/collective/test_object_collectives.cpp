@@ -430,12 +430,21 @@ TEST_CASE("raw bytes sent with the tensor API do not read as an object") {
       // A header announcing an absurd size is refused before any buffer.
       std::vector<int64_t> huge{0, int64_t{1} << 60};
       col::send(col::view_of(huge), 1, "obj-raw");
+      // A status no object op writes, with its "text".
+      std::vector<int64_t> odd{99, 4};
+      std::vector<char> text{'o', 'o', 'p', 's'};
+      col::send(col::view_of(odd), 1, "obj-raw");
+      col::send(col::tensor_view{text.data(), col::dtype::uint8, text.size()},
+                1, "obj-raw");
     } else {
       expect_error(log, "recv_object", col::errc::mismatch,
                    {"recv_object", "from rank 0", "model_config"},
                    [&] { col::recv_object<model_config>(0, "obj-raw"); });
       expect_error(log, "recv_object (huge)", col::errc::mismatch,
                    {"recv_object", "rank 0 announced"},
+                   [&] { col::recv_object<model_config>(0, "obj-raw"); });
+      expect_error(log, "recv_object (odd status)", col::errc::mismatch,
+                   {"recv_object", "rank 0", "oops"},
                    [&] { col::recv_object<model_config>(0, "obj-raw"); });
     }
     log.checks += 1;

@@ -83,12 +83,13 @@ void between_phases() {
   if (auto& hook = test_hooks().between_phases) hook();
 }
 
+// The code a failed rank announced. Ranks only ever announce
+// invalid_argument (they could not serialize); anything else is a header
+// that was not written by an object op.
 errc status_code(int64_t status) {
-  auto code = static_cast<errc>(status);
-  return code == errc::invalid_argument || code == errc::mismatch ||
-             code == errc::unsupported
-           ? code
-           : errc::invalid_argument;
+  return static_cast<errc>(status) == errc::invalid_argument
+           ? errc::invalid_argument
+           : errc::mismatch;
 }
 
 size_t checked_size(const object_call& call, int64_t size, int from) {
@@ -100,8 +101,12 @@ size_t checked_size(const object_call& call, int64_t size, int from) {
   return static_cast<size_t>(size);
 }
 
+// A failure text from a peer, cut short: it is meant for a log line.
 std::string text_of(const char* data, size_t size) {
-  return std::string{data, size};
+  constexpr size_t longest = 2048;
+  if (size <= longest) return std::string{data, size};
+  return std::string{data, longest} + "... (" + std::to_string(size) +
+         " bytes)";
 }
 
 // The ranks whose header says they could not serialize, with their texts
