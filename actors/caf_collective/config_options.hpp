@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
@@ -69,13 +70,16 @@ caf::expected<collective_settings> settings_of(caf::actor_system& sys,
 /// others when they are formed.
 void apply_process_settings(const collective_settings& settings);
 
-/// The store `settings` name for the member of rank `rank` (a TCP store is
-/// served by rank 0 unless CAF_COLLECTIVE_STORE_SERVER=external; the secret
-/// comes from CAF_COLLECTIVE_SECRET or the launcher's job id, never from
-/// the CAF configuration). Null when no store is set. Fails with
-/// invalid_argument for a malformed address or a missing secret.
+/// The store of group `group_name` that `settings` name, for the member of
+/// rank `rank` (open_group_store: a TCP store is served by rank 0 unless
+/// CAF_COLLECTIVE_STORE_SERVER=external; the secret comes from
+/// CAF_COLLECTIVE_SECRET or the launcher's job id, never from the CAF
+/// configuration). Without collective.store, the environment's address
+/// (CAF_COLLECTIVE_STORE, MASTER_ADDR/MASTER_PORT) counts. Null when none
+/// is set. Fails with invalid_argument for a malformed address or a missing
+/// secret.
 caf::expected<rendezvous_store_ptr>
-store_of(const collective_settings& settings, int rank,
-         const env_lookup& env = {});
+store_of(const collective_settings& settings, std::string_view group_name,
+         int rank, const env_lookup& env = {});
 
 } // namespace caf_collective

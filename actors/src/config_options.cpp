@@ -173,8 +173,8 @@ void apply_process_settings(const collective_settings& settings) {
 }
 
 caf::expected<rendezvous_store_ptr>
-store_of(const collective_settings& settings, int rank,
-         const env_lookup& lookup) {
+store_of(const collective_settings& settings, std::string_view group_name,
+         int rank, const env_lookup& lookup) {
   auto env = or_process_env(lookup);
   // The settings' store and run id stand in for the variables; everything
   // else (secret, who serves, MASTER_ADDR/MASTER_PORT) comes from `env`.
@@ -188,7 +188,7 @@ store_of(const collective_settings& settings, int rank,
   };
   auto addr = read_store_environment(merged);
   if (!addr) return addr.error();
-  return open_store(*addr, rank, settings.timeout);
+  return open_group_store(*addr, group_name, rank, settings.timeout);
 }
 
 } // namespace caf_collective

@@ -81,6 +81,15 @@ caf::expected<rendezvous_store_ptr>
 open_store(const store_address& addr, int rank,
            std::chrono::milliseconds timeout);
 
+/// The store group `group_name` uses at `addr`: a directory per group in a
+/// file store, keys prefixed "group/<name>/" in a TCP store (rank 0 starts
+/// the server when it serves it, see open_store), null for none.
+/// init_collective_group (no store given) and init_collective_group_from_env
+/// both use it, so ranks calling either meet.
+caf::expected<rendezvous_store_ptr>
+open_group_store(const store_address& addr, std::string_view group_name,
+                 int rank, std::chrono::milliseconds timeout);
+
 /// init_collective_group with rank, world size and store from the
 /// environment (read_launch_environment). `opts.store`, when set, replaces
 /// the store from the environment. Throws collective_error: invalid_argument

@@ -186,15 +186,16 @@ TEST_CASE("the settings of a running actor system apply to the collective "
 TEST_CASE("the store setting gives a TCP store only with a secret") {
   col::collective_settings s;
   s.store = "tcp://127.0.0.1:1";
-  auto refused = col::store_of(s, 1, lookup({}));
+  auto refused = col::store_of(s, "g", 1, lookup({}));
   REQUIRE_FALSE(refused);
   CHECK(col::render(refused.error()).find("CAF_COLLECTIVE_SECRET") !=
         std::string::npos);
-  auto store = col::store_of(s, 1, lookup({{"CAF_COLLECTIVE_SECRET", "x"}}));
+  auto store =
+    col::store_of(s, "g", 1, lookup({{"CAF_COLLECTIVE_SECRET", "x"}}));
   REQUIRE(store);
   CHECK(*store != nullptr);
   s.store.clear();
-  auto none = col::store_of(s, 1, lookup({}));
+  auto none = col::store_of(s, "g", 1, lookup({}));
   REQUIRE(none);
   CHECK(*none == nullptr);
 }

@@ -41,13 +41,9 @@ rendezvous_store_ptr default_store(std::string_view group_name, int rank,
     return v != nullptr && *v != '\0' ? v : nullptr;
   });
   if (!addr) throw collective_error{addr.error()};
-  if (addr->kind == store_address::kind_t::file)
-    return make_file_store(addr->directory + "/" + std::string{group_name});
-  auto store = open_store(*addr, rank, timeout);
+  auto store = open_group_store(*addr, group_name, rank, timeout);
   if (!store) throw collective_error{store.error()};
-  if (*store)
-    return make_prefix_store("group/" + std::string{group_name},
-                             std::move(*store));
+  if (*store) return std::move(*store);
   return shared_in_process_store(std::string{group_name});
 }
 

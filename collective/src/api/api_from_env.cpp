@@ -57,18 +57,27 @@ open_store(const store_address& addr, int rank,
   return rendezvous_store_ptr{};
 }
 
+caf::expected<rendezvous_store_ptr>
+open_group_store(const store_address& addr, std::string_view group_name,
+                 int rank, std::chrono::milliseconds timeout) {
+  std::string name{group_name};
+  if (addr.kind == store_address::kind_t::file)
+    return make_file_store(addr.directory + "/" + name);
+  auto store = open_store(addr, rank, timeout);
+  if (!store || !*store) return store;
+  return make_prefix_store("group/" + name, std::move(*store));
+}
+
 void init_collective_group_from_env(std::string_view backend,
                                     std::string_view group_name,
                                     init_options opts) {
   auto info = read_launch_environment();
   if (!info) throw collective_error{info.error()};
   if (!opts.store) {
-    auto store = open_store(info->store, info->rank, opts.timeout);
+    auto store =
+      open_group_store(info->store, group_name, info->rank, opts.timeout);
     if (!store) throw collective_error{store.error()};
-    // Apart per group, as the file store's directory per group is.
-    if (*store)
-      opts.store = make_prefix_store("group/" + std::string{group_name},
-                                     std::move(*store));
+    opts.store = std::move(*store);
   }
   init_collective_group(info->world_size, info->rank, backend, group_name,
                         std::move(opts));
