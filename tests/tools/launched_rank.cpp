@@ -6,8 +6,9 @@
 //                     result (exit 1)
 //   fail <r> <code> <dir>
 //                     writes its pid to <dir>/pid.<rank>; rank <r> exits
-//                     with <code>, the others wait (up to 120 s) to be
-//                     stopped
+//                     with <code> once every rank wrote its pid, the
+//                     others wait (up to 120 s) to be stopped
+//   die <r> <dir>     like fail, but rank <r> kills itself with SIGKILL
 //   trap <dir>        writes its pid to <dir>/pid.<rank>, waits for
 //                     SIGTERM or SIGINT, prints "rank R got signal S"
 //                     and exits 3
@@ -48,6 +49,18 @@ int rank_from_env() {
 void write_pid(const std::string& dir) {
   std::ofstream out{dir + "/pid." + std::to_string(rank_from_env())};
   out << ::getpid();
+}
+
+void wait_for_every_pid(const std::string& dir) {
+  const char* w = std::getenv("CAF_COLLECTIVE_WORLD_SIZE");
+  int world = w != nullptr ? std::atoi(w) : 1;
+  for (int i = 0; i < 6000; ++i) {
+    int present = 0;
+    for (int r = 0; r < world; ++r)
+      present += std::ifstream{dir + "/pid." + std::to_string(r)}.good();
+    if (present == world) return;
+    ::usleep(10000);
+  }
 }
 
 int every_op() {
@@ -144,11 +157,14 @@ int main(int argc, char** argv) {
     std::printf("error: %s\n", ex.what());
     return 1;
   }
-  if (mode == "fail" && argc == 5) {
-    write_pid(argv[4]);
+  if ((mode == "fail" && argc == 5) || (mode == "die" && argc == 4)) {
+    write_pid(argv[argc - 1]);
     if (rank_from_env() == std::atoi(argv[2])) {
+      // Fail only once every rank is up, so the test knows all their pids.
+      wait_for_every_pid(argv[argc - 1]);
       std::printf("rank %d fails now\n", rank_from_env());
       std::fflush(stdout);
+      if (mode == "die") std::raise(SIGKILL);
       return std::atoi(argv[3]);
     }
     for (int i = 0; i < 1200; ++i)

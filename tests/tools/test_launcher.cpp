@@ -111,21 +111,46 @@ TEST_CASE("when one rank fails the launcher stops the others and exits with "
                  "rank 2 exited with status 7; stopping the other ranks"));
 }
 
-TEST_CASE("SIGTERM to the launcher is forwarded to every rank") {
+TEST_CASE("a rank killed by a signal stops the launch with 128 + the "
+          "signal") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "3", "--grace-ms", "2000", rank_program,
+                                  "die", "1", dir.path.string()});
+  auto pids = rank_pids(dir, 3);
+  CHECK(test::wait_process(pid, 60s) == 128 + SIGKILL);
+  for (int r = 0; r < 3; ++r)
+    CHECK(gone(pids[r]));
+  CHECK(
+    contains(read_file(dir.path / "stderr"), "rank 1 was killed by signal 9"));
+}
+
+namespace {
+
+void check_forwarded(int sig) {
   test::temp_dir dir;
   auto pid =
     start_launcher(dir, {"-n", "3", rank_program, "trap", dir.path.string()});
   auto pids = rank_pids(dir, 3);
-  REQUIRE(::kill(pid, SIGTERM) == 0);
-  // The launcher reports the signal that stopped the run: 128 + 15.
-  CHECK(test::wait_process(pid, 60s) == 128 + SIGTERM);
+  REQUIRE(::kill(pid, sig) == 0);
+  // The launcher reports the signal that stopped the run: 128 + signal.
+  CHECK(test::wait_process(pid, 60s) == 128 + sig);
   auto out = read_file(dir.path / "stdout");
   for (int r = 0; r < 3; ++r) {
     auto rank = std::to_string(r);
     CHECK(contains(out, "[rank " + rank + "] rank " + rank + " got signal " +
-                          std::to_string(SIGTERM)));
+                          std::to_string(sig)));
     CHECK(gone(pids[r]));
   }
+}
+
+} // namespace
+
+TEST_CASE("SIGTERM to the launcher is forwarded to every rank") {
+  check_forwarded(SIGTERM);
+}
+
+TEST_CASE("SIGINT to the launcher is forwarded to every rank") {
+  check_forwarded(SIGINT);
 }
 
 TEST_CASE("a program that cannot start fails the launch with 127") {
