@@ -105,6 +105,8 @@ peer_check::~peer_check() {
 caf::error peer_check::run(rendezvous_store& store, const std::string& host,
                            clock::time_point deadline) {
   // 0. This rank's liveness socket, on the address its Gloo device uses.
+  //    Nobody accepts on it: each peer's check stays in the backlog, so the
+  //    backlog must hold one per peer (up to max_world_size - 1).
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -115,7 +117,7 @@ caf::error peer_check::run(rendezvous_store& store, const std::string& host,
   fd_ = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   bool bound = fd_ >= 0 &&
                ::bind(fd_, found->ai_addr, found->ai_addrlen) == 0 &&
-               ::listen(fd_, 1024) == 0;
+               ::listen(fd_, SOMAXCONN) == 0;
   ::freeaddrinfo(found);
   if (!bound)
     return make_error(errc::backend_error,
