@@ -41,8 +41,10 @@ class member_scope {
 };
 
 struct init_options {
-  /// Rendezvous store; null: $CAF_COLLECTIVE_STORE ("file:<dir>"), else an
-  /// in-process store shared by all members of `group_name` in this process.
+  /// Rendezvous store; null: the one $CAF_COLLECTIVE_STORE ("file:<dir>" or
+  /// "tcp://host:port") or MASTER_ADDR/MASTER_PORT name (open_group_store in
+  /// launch.hpp), else an in-process store shared by all members of
+  /// `group_name` in this process.
   rendezvous_store_ptr store;
   milliseconds timeout = std::chrono::seconds{30};
   /// See group_config::hostname.
@@ -52,7 +54,9 @@ struct init_options {
 
 /// Forms the group (blocks until every rank joined). Throws
 /// collective_error: invalid_argument (world size < 1, rank out of range,
-/// unknown backend), duplicate_group, timeout, backend_error.
+/// unknown backend, a malformed store variable), duplicate_group, timeout,
+/// backend_error. To take rank and world size from a launcher:
+/// init_collective_group_from_env (launch.hpp).
 void init_collective_group(int world_size, int rank,
                            std::string_view backend = "gloo",
                            std::string_view group_name = default_group_name,
