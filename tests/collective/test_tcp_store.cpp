@@ -334,3 +334,19 @@ TEST_CASE("a reused file store with a stale address fails on time, naming "
   auto text = read_file(log);
   CHECK(text.find("rank(s) [2] did not answer") != std::string::npos);
 }
+
+TEST_CASE("threads sharing one TCP store object do not wait for each other's "
+          "gets") {
+  auto server = col::tcp_store_server::start("127.0.0.1", 0, secret);
+  REQUIRE(server);
+  auto store = client_of((*server)->port(), "run1");
+  // Members as threads share one store, as they share an in-process one: a
+  // get blocked on one thread must not hold up the set that answers it.
+  caf::expected<std::vector<char>> got{std::vector<char>{}};
+  std::thread reader{[&] { got = store->get("late", 20s); }};
+  std::this_thread::sleep_for(100ms);
+  REQUIRE_FALSE(store->set("late", bytes("from the other thread")));
+  reader.join();
+  REQUIRE(got);
+  CHECK(std::string(got->begin(), got->end()) == "from the other thread");
+}

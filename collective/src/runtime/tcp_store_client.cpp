@@ -1,6 +1,7 @@
-// The TCP rendezvous store's client: one connection per store object,
-// opened on first use with retries until the request's deadline (the server
-// may start after its clients), requests serialized by a mutex.
+// The TCP rendezvous store's client. A request takes an idle connection or
+// opens one (retrying until the request's deadline: the server may start
+// after its clients) and hands it back when done, so threads sharing one
+// store object never wait for each other's blocking gets.
 #include "caf_collective/rendezvous.hpp"
 
 #include <cerrno>
@@ -41,7 +42,8 @@ class tcp_store_client : public rendezvous_store {
   }
 
   ~tcp_store_client() override {
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : idle_)
+      ::close(fd);
   }
 
   caf::error set(const std::string& key,
@@ -51,15 +53,15 @@ class tcp_store_client : public rendezvous_store {
                         "TCP store: key '" + key + "' or its value (" +
                           std::to_string(value.size()) +
                           " bytes) exceeds the store's limits");
-    std::lock_guard<std::mutex> guard{mtx_};
     auto deadline = wire::clock::now() + opts_.connect_timeout;
-    if (auto err = connect(deadline, opts_.connect_timeout)) return err;
+    auto fd = lease(deadline, opts_.connect_timeout);
+    if (!fd) return fd.error();
     std::vector<char> frame;
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::set));
     wire::put_bytes(frame, key);
     wire::put_bytes(frame, {value.data(), value.size()});
-    auto answer =
-      exchange(frame, std::max(deadline, wire::clock::now()) + reply_grace);
+    auto answer = exchange(
+      *fd, frame, std::max(deadline, wire::clock::now()) + reply_grace);
     if (!answer) return answer.error();
     return {};
   }
@@ -69,10 +71,9 @@ class tcp_store_client : public rendezvous_store {
     if (key.size() > wire::max_key_size)
       return make_error(errc::invalid_argument,
                         "TCP store: key '" + key + "' is too long");
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto start = wire::clock::now();
-    auto deadline = start + timeout;
-    if (auto err = connect(deadline, timeout)) return err;
+    auto deadline = wire::clock::now() + timeout;
+    auto fd = lease(deadline, timeout);
+    if (!fd) return fd.error();
     // The wait left after connecting: the deadline holds for the whole get.
     auto left = std::max(
       milliseconds{0},
@@ -81,7 +82,7 @@ class tcp_store_client : public rendezvous_store {
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
     wire::put_bytes(frame, key);
     wire::put_u64(frame, static_cast<uint64_t>(left.count()));
-    auto answer = exchange(frame, deadline + reply_grace);
+    auto answer = exchange(*fd, frame, deadline + reply_grace);
     if (!answer) return answer.error();
     if (answer->first != 0)
       return make_error(errc::timeout,
@@ -95,32 +96,48 @@ class tcp_store_client : public rendezvous_store {
  private:
   std::string where() const { return wire::endpoint(opts_.host, opts_.port); }
 
-  void drop_connection() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+  // An idle connection, or a new one.
+  caf::expected<int> lease(wire::clock::time_point deadline,
+                           milliseconds limit) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (!idle_.empty()) {
+        int fd = idle_.back();
+        idle_.pop_back();
+        return fd;
+      }
+    }
+    return connect(deadline, limit);
   }
 
-  // Sends one request frame and reads the reply's status and value.
+  // Sends one request frame on `fd` and reads the reply's status and value.
+  // Hands the connection back when the exchange completed, closes it
+  // otherwise (a late reply would answer the next request).
   caf::expected<std::pair<uint8_t, std::vector<char>>>
-  exchange(const std::vector<char>& frame, wire::clock::time_point deadline) {
+  exchange(int fd, const std::vector<char>& frame,
+           wire::clock::time_point deadline) {
     auto broken = [&](const char* what) {
-      drop_connection();
+      ::close(fd);
       return make_error(errc::backend_error, std::string{"TCP store: "} + what +
                                                " the store at " + where() +
                                                " (run '" + opts_.run_id +
                                                "'); the server is gone or "
                                                "stopped answering");
     };
-    if (wire::send_all(fd_, frame.data(), frame.size(), deadline) !=
+    if (wire::send_all(fd, frame.data(), frame.size(), deadline) !=
         wire::io_result::done)
       return broken("lost the connection while sending to");
     uint8_t code = 0;
-    if (wire::recv_all(fd_, &code, 1, deadline) != wire::io_result::done)
+    if (wire::recv_all(fd, &code, 1, deadline) != wire::io_result::done)
       return broken("no answer from");
     std::string value;
-    if (wire::recv_sized(fd_, value, wire::max_value_size, deadline) !=
+    if (wire::recv_sized(fd, value, wire::max_value_size, deadline) !=
         wire::io_result::done)
       return broken("incomplete answer from");
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      idle_.push_back(fd);
+    }
     return std::make_pair(code, std::vector<char>{value.begin(), value.end()});
   }
 
@@ -174,10 +191,11 @@ class tcp_store_client : public rendezvous_store {
     return result;
   }
 
-  // Connects and proves membership, retrying refused or unanswered
-  // connection attempts until `deadline`. A refusal by the server is final.
-  caf::error connect(wire::clock::time_point deadline, milliseconds limit) {
-    if (fd_ >= 0) return {};
+  // Opens a connection and proves membership, retrying refused or
+  // unanswered connection attempts until `deadline`. A refusal by the server
+  // is final.
+  caf::expected<int> connect(wire::clock::time_point deadline,
+                             milliseconds limit) {
     if (opts_.run_id.empty())
       return make_error(errc::invalid_argument,
                         "TCP store client for " + where() +
@@ -185,9 +203,10 @@ class tcp_store_client : public rendezvous_store {
                           "carries it)");
     std::string why = "no attempt made";
     auto pause = milliseconds{5};
+    int fd = -1;
     for (;;) {
-      fd_ = try_open(deadline, why);
-      if (fd_ >= 0) break;
+      fd = try_open(deadline, why);
+      if (fd >= 0) break;
       auto now = wire::clock::now();
       if (now >= deadline)
         return make_error(errc::timeout,
@@ -204,30 +223,31 @@ class tcp_store_client : public rendezvous_store {
     auto limit_at = std::max(deadline, wire::clock::now() + handshake_floor);
     uint8_t code = 1;
     std::string reason;
-    if (wire::send_all(fd_, hello.data(), hello.size(), limit_at) !=
+    if (wire::send_all(fd, hello.data(), hello.size(), limit_at) !=
           wire::io_result::done ||
-        wire::recv_all(fd_, &code, 1, limit_at) != wire::io_result::done ||
-        wire::recv_sized(fd_, reason, wire::max_key_size, limit_at) !=
+        wire::recv_all(fd, &code, 1, limit_at) != wire::io_result::done ||
+        wire::recv_sized(fd, reason, wire::max_key_size, limit_at) !=
           wire::io_result::done) {
-      drop_connection();
+      ::close(fd);
       return make_error(errc::backend_error,
                         "TCP store at " + where() +
                           ": the handshake failed (is this a "
                           "caf_collective store?)");
     }
     if (code != 0) {
-      drop_connection();
+      ::close(fd);
       return make_error(errc::invalid_argument,
                         "TCP store at " + where() +
                           " refused this client (run '" + opts_.run_id +
                           "'): " + reason + " (check CAF_COLLECTIVE_SECRET)");
     }
-    return {};
+    return fd;
   }
 
   tcp_store_options opts_;
   std::mutex mtx_;
-  int fd_ = -1;
+  /// Connections that finished their last request.
+  std::vector<int> idle_;
 };
 
 } // namespace
