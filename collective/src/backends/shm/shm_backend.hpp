@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "backends/shm/shm_segment.hpp"
+#include "backends/shm/shm_tsan.hpp"
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
@@ -161,11 +162,13 @@ class shm_backend : public backend {
   path path_for(size_t longest) const noexcept;
 
   /// Waits until `ready()` holds. `laggards()` names the ranks still
-  /// missing (for errors and liveness checks).
+  /// missing (for errors and liveness checks). While `*yield_now` (set by
+  /// `ready()`, if given) holds, spinning is pointless: yield at once.
   caf::error wait_until(const std::function<bool()>& ready,
                         const std::function<std::vector<int>()>& laggards,
                         op_kind op, const op_call* call,
-                        clock::time_point deadline);
+                        clock::time_point deadline,
+                        const bool* yield_now = nullptr);
 
   /// Direct and single-copy paths: marks this rank as reading its peers'
   /// buffers, unless a peer has aborted (then nothing may be read: its
@@ -187,6 +190,19 @@ class shm_backend : public backend {
 
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
+
+  /// For ThreadSanitizer (shm_tsan.hpp), ranks of one process: announces
+  /// what this rank wrote before it sets a flag that peers wait for, and
+  /// takes what the peers announced once their flags were seen. No-ops in
+  /// other builds.
+  void announce() const noexcept {
+    if (direct_) tsan_release(&probe_word_);
+  }
+  void take_announcements() const noexcept {
+    if (direct_)
+      for (int r = 0; r < world_size_; ++r)
+        tsan_acquire(reinterpret_cast<const void*>(seg_.control(r).probe_addr));
+  }
 
   caf::error failure_if_any(op_kind op, const op_call* call,
                             const std::vector<int>& waiting_for);
@@ -236,8 +252,7 @@ class shm_backend : public backend {
   bool single_copy_ = false; // agreed at formation (processes only)
   // Read by peers through process_vm_readv at formation.
   uint64_t probe_word_ = 0;
-  uint64_t epoch_ = 0;      // this rank's steps, mirrored in its control block
-  bool yield_hint_ = false; // set by step()'s readiness check, see there
+  uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
   std::atomic<bool> aborted_{false};
   // Why an op of this rank failed (timeout, peer_lost), else aborted: what
   // abort() tells the peers.

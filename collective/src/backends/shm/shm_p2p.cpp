@@ -37,6 +37,7 @@ caf::error shm_backend::send(const op_call& call, const tensor_view& in,
                   bytes);
     box.tag = opts.tag;
     box.total_bytes = total;
+    announce();
     box.posted.fetch_add(1, std::memory_order_release);
     ring();
   }
@@ -71,6 +72,7 @@ caf::error shm_backend::recv(const op_call& call, const tensor_view& out,
     auto bytes = std::min(capacity, total - offset);
     if (bytes > 0)
       std::memcpy(static_cast<std::byte*>(out.data()) + offset, data, bytes);
+    announce();
     box.taken.fetch_add(1, std::memory_order_release);
     ring();
   }

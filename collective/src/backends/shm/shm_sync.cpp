@@ -89,8 +89,14 @@ void shm_backend::ring() noexcept {
   // `sleepers` and its last look at the flags: either it sees what the
   // caller just wrote, or we see it and wake it. Nobody asleep: no shared
   // write and no system call.
+#ifdef CAF_COLLECTIVE_SHM_TSAN
+  // TSan does not model fences; a read-modify-write orders the same way.
+  auto asleep = h.sleepers.fetch_add(0, std::memory_order_seq_cst);
+#else
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (h.sleepers.load(std::memory_order_relaxed) > 0) {
+  auto asleep = h.sleepers.load(std::memory_order_relaxed);
+#endif
+  if (asleep > 0) {
     h.bell.fetch_add(1, std::memory_order_relaxed);
     futex(&h.bell, FUTEX_WAKE, INT_MAX, nullptr);
   }
@@ -142,12 +148,14 @@ caf::error
 shm_backend::wait_until(const std::function<bool()>& ready,
                         const std::function<std::vector<int>()>& laggards,
                         op_kind op, const op_call* call,
-                        clock::time_point deadline) {
-  yield_hint_ = false;
+                        clock::time_point deadline, const bool* yield_now) {
   for (int i = 0; i < spin_iterations; ++i) {
-    if (ready()) return {};
+    if (ready()) {
+      take_announcements();
+      return {};
+    }
     // A peer on this CPU cannot arrive while we spin: let it run.
-    if (yield_hint_ || i % 64 == 63)
+    if ((yield_now != nullptr && *yield_now) || i % 64 == 63)
       std::this_thread::yield();
     else
       cpu_relax();
@@ -155,7 +163,10 @@ shm_backend::wait_until(const std::function<bool()>& ready,
   auto& h = seg_.header();
   for (;;) {
     auto bell = h.bell.load(std::memory_order_seq_cst);
-    if (ready()) return {};
+    if (ready()) {
+      take_announcements();
+      return {};
+    }
     if (auto err = failure_if_any(op, call, laggards())) {
       failed_code_.store(code_of(err));
       return err;
@@ -177,7 +188,9 @@ shm_backend::wait_until(const std::function<bool()>& ready,
     timespec ts{static_cast<time_t>(ns.count() / 1000000000),
                 static_cast<long>(ns.count() % 1000000000)};
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+#ifndef CAF_COLLECTIVE_SHM_TSAN
     std::atomic_thread_fence(std::memory_order_seq_cst); // see ring()
+#endif
     if (!ready()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -188,11 +201,13 @@ caf::error shm_backend::step(op_state& st) {
   auto& mine = seg_.control(rank_);
   auto cpu = sched_getcpu();
   mine.cpu.store(cpu, std::memory_order_relaxed);
+  announce();
   mine.epoch.store(target, std::memory_order_release);
   ring();
-  auto ready = [this, target, cpu] {
+  bool beside = false; // a rank still missing last ran on this CPU
+  auto ready = [this, target, cpu, &beside] {
     bool all = true;
-    bool beside = false; // a rank still missing last ran on this CPU
+    beside = false;
     for (int r = 0; r < world_size_; ++r) {
       auto& c = seg_.control(r);
       if (c.epoch.load(std::memory_order_acquire) < target) {
@@ -200,7 +215,6 @@ caf::error shm_backend::step(op_state& st) {
         beside |= c.cpu.load(std::memory_order_relaxed) == cpu;
       }
     }
-    yield_hint_ = beside;
     return all;
   };
   auto laggards = [this, target] {
@@ -210,7 +224,8 @@ caf::error shm_backend::step(op_state& st) {
         result.push_back(r);
     return result;
   };
-  if (auto err = wait_until(ready, laggards, st.op, st.call, st.deadline))
+  if (auto err =
+        wait_until(ready, laggards, st.op, st.call, st.deadline, &beside))
     return err;
   // A rank that aborted may have stepped before: its op failed, so the
   // group is broken for this op too (small ops end with this step).
@@ -271,8 +286,10 @@ caf::error shm_backend::start_reading(const op_state& st) {
 }
 
 void shm_backend::stop_reading(const op_state& st) noexcept {
-  if (st.how == path::direct || st.how == path::single_copy)
+  if (st.how == path::direct || st.how == path::single_copy) {
+    announce();
     seg_.control(rank_).reading.store(0, std::memory_order_release);
+  }
 }
 
 void shm_backend::abort(std::string_view why) {
@@ -284,6 +301,7 @@ void shm_backend::abort(std::string_view why) {
   // tells them why: after its own timeout they report the same timeout.
   auto& h = seg_.header();
   int32_t none = -1;
+  announce();
   if (h.aborted_by.compare_exchange_strong(none, -2,
                                            std::memory_order_seq_cst)) {
     h.abort_code.store(static_cast<uint32_t>(failed_code_.load()));
@@ -303,6 +321,7 @@ void shm_backend::abort(std::string_view why) {
            !(pids_[size_t(r)] != pids_[size_t(rank_)] &&
              process_gone(pids_[size_t(r)], pidfds_[size_t(r)])))
       std::this_thread::yield();
+  take_announcements(); // the readers are done with our buffers
 }
 
 caf::error shm_backend::finish_formation(clock::time_point deadline) {
