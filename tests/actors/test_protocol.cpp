@@ -1238,3 +1238,68 @@ TEST_CASE("backend: gloo, shm, nccl and auto are accepted by name - an "
   CHECK(contains(sc->log[0], "unknown backend 'infiniband'"));
   CHECK(f.status("reg").state == "unknown");
 }
+
+// The driver keeps one deadline timer per group (not one per op): when it
+// fires for an op that finished, it is armed again for the next running
+// op, and an op with a closer deadline than the armed one gets its own.
+TEST_CASE("op deadlines with one timer per group: a finished op never times "
+          "out, a later op fails at its own deadline") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  col::op_params p;
+  p.timeout_ms = 500;
+  auto first =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, p});
+  f.run();
+  for (auto& sc : scripts)
+    fixture::finish(*sc, 0);
+  f.run();
+  REQUIRE(first->answers == 1);
+  CHECK(!first->err);
+  f.advance(300ms);
+  auto second =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, p});
+  f.run();
+  fixture::finish(*scripts[0], 1);
+  f.run();
+  // The timer armed for the first op fires at its deadline and finds
+  // nothing due: the second op runs on.
+  f.advance(200ms + grace);
+  CHECK(second->answers == 0);
+  CHECK(f.status("g").state == "ready");
+  f.advance(300ms - 1ms);
+  CHECK(second->answers == 0);
+  f.advance(1ms);
+  REQUIRE(second->answers == 1);
+  CHECK(col::code_of(second->err) == col::errc::timeout);
+  auto text = col::render(second->err);
+  CHECK(contains(text, "seq 1"));
+  CHECK(contains(text, "ranks [1] had not finished"));
+  CHECK(first->answers == 1);
+}
+
+TEST_CASE("op deadlines with one timer per group: an op with a shorter "
+          "timeout started after a longer one fails at its own deadline") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  auto slow =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}});
+  col::op_params p;
+  p.timeout_ms = 200;
+  auto quick =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, p});
+  f.run();
+  REQUIRE(scripts[0]->started.size() == 2);
+  f.advance(200ms + grace - 1ms);
+  CHECK(quick->answers == 0);
+  f.advance(1ms);
+  REQUIRE(quick->answers == 1);
+  CHECK(col::code_of(quick->err) == col::errc::timeout);
+  CHECK(contains(col::render(quick->err), "seq 1"));
+  // The group broke: the op with the longer deadline fails with it.
+  REQUIRE(slow->answers == 1);
+  CHECK(col::code_of(slow->err) == col::errc::timeout);
+  CHECK(f.status("g").state == "broken");
+}
