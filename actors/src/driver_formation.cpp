@@ -136,7 +136,6 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
   for (auto& x : g.members)
     if (!x) return;
   auto prefix = g.name + "/" + std::to_string(g.gen);
-  g.inited = true;
   for (auto& x : g.members)
     self->send(x, init_atom::value, g.name, g.gen, self->state.store, prefix,
                g.timeout_ms);

@@ -93,7 +93,6 @@ struct group_entry {
   std::vector<std::string> nodes;  // by rank: the node of its refs
   std::vector<bool> ready;
   group_state state = group_state::forming;
-  bool inited = false;
   caf::error reason;
   uint64_t next_seq = 0;
   std::vector<caf::response_promise> waiters; // declare and wait requests
