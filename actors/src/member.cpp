@@ -81,7 +81,7 @@ error_context context_of(const member_group& g, op_kind op) {
 // none.
 caf::error refuse_member_op(const member_group* g, const std::string& name,
                             const member_op& req) {
-  if (!g || !g->grp)
+  if (!g)
     return make_error(errc::unknown_group,
                       "member-initiated " + std::string{to_string(req.op)} +
                         ": this member is not in group '" + name + "'");
@@ -95,7 +95,8 @@ caf::error refuse_member_op(const member_group* g, const std::string& name,
                       "the group takes its ops from its driver "
                       "(membership ops_from = driver); spawn its members "
                       "with ops_from = members to start ops from handlers");
-  if (g->state != "ready")
+  // A group still forming takes the op: it waits for the group.
+  if (g->state == "broken" || g->state == "failed")
     return g->reason ? g->reason
                      : make_error(errc::aborted, context_of(*g, req.op),
                                   "group is " + g->state);
@@ -237,8 +238,16 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     else
       op.rp.deliver(std::move(ref.error()));
   };
+  // Fails every op that still waits for its group to exist.
+  auto fail_waiting = [=](member_group& g, const caf::error& err) {
+    std::vector<uint64_t> keys;
+    for (auto& [key, op] : g.ops)
+      keys.push_back(key);
+    for (auto key : keys)
+      finish(g, key, err);
+  };
   // Hands op `seq` to the group's lane; its completion comes back as a
-  // message.
+  // message. Without a group yet, the op waits in `ops` until init.
   auto launch = [=](const std::string& name, uint64_t seq) {
     auto i = st->groups.find(name);
     if (i == st->groups.end()) return;
@@ -290,9 +299,14 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         g.reason = grp.error();
         self->send(st->driver, ready_atom::value, name, gen, g.m.rank,
                    grp.error(), std::string{});
+        fail_waiting(g, grp.error());
         return;
       }
       g.grp = std::move(*grp);
+      // Member-initiated ops started before the group existed queue behind
+      // its formation now, in the order the member started them.
+      for (auto& [key, op] : g.ops)
+        launch(name, key);
       formed.on_complete([addr, name, gen](const caf::error& err) {
         if (auto hdl = caf::actor_cast<caf::actor>(addr))
           caf::anon_send(hdl, formed_atom::value, name, gen, err);
@@ -327,14 +341,14 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     },
     [=](start_atom, start_msg& msg) -> caf::result<object_ref> {
       auto g = find(msg.group, msg.gen);
-      if (!g || !g->grp)
-        return make_error(errc::unknown_group,
-                          "member is not in group '" + msg.group + "'");
-      if (g->m.ops_from != op_source::driver)
+      if (g && g->m.ops_from != op_source::driver)
         return make_error(errc::unsupported, context_of(*g, msg.op),
                           "the group takes its ops from its members "
                           "(membership ops_from = members), not from a "
                           "driver");
+      if (!g || !g->grp)
+        return make_error(errc::unknown_group,
+                          "member is not in group '" + msg.group + "'");
       inflight op;
       if (msg.in.valid()) {
         auto pin = st->store->pin(msg.in);

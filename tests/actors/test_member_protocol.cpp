@@ -1,0 +1,257 @@
+// The member-initiated path on CAF's deterministic scheduler (the testing
+// policy): every actor runs on the test's thread, one message at a time,
+// and no time passes unless the test says so. Members here are real
+// (member_protocol) but their driver is a stand-in that never forms the
+// group: lanes are threads outside CAF, and the testing scheduler must not
+// be entered from them. So these tests cover every decision the member
+// makes on the actor side (its request to itself, refusals, ops waiting
+// for their group, failure by the driver's abort); completion over real
+// lanes and a peer dying mid-op are in test_member_ops.cpp.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <caf_collective/client_ops.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/member.hpp>
+#include <caf_collective/member_ops.hpp>
+#include <caf_collective/read.hpp>
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+using go_atom = caf::atom_constant<caf::atom("t_go")>;
+
+// What one member's own op ended in.
+struct own_result {
+  int answers = 0;
+  caf::error err;
+};
+
+using result_ptr = std::shared_ptr<own_result>;
+
+// A member that, on (go, group, values), allreduces `values` (no input if
+// empty) in `group` from its handler and records the outcome.
+caf::behavior starter(caf::event_based_actor* self, result_ptr out) {
+  return {
+    [=](go_atom, const std::string& group, std::vector<float> values) {
+      col::object_ref ref;
+      if (!values.empty())
+        ref = col::local_store(self->system())
+                ->put(col::tensor::from_vector(values))
+                .value();
+      col::collectives(self, group)
+        .allreduce(ref)
+        .then([=](col::object_ref&) { ++out->answers; },
+              [=](caf::error& err) {
+                ++out->answers;
+                out->err = std::move(err);
+              });
+    },
+  };
+}
+
+// The stand-in driver: logs what members send it, never forms a group.
+caf::behavior stand_in_driver(caf::event_based_actor*,
+                              std::shared_ptr<std::vector<std::string>> log) {
+  return {
+    [=](col::reg_atom, const col::membership& m, const std::string&) {
+      log->push_back("reg " + m.group + " rank " + std::to_string(m.rank) +
+                     " ops from " + col::to_cstr(m.ops_from));
+    },
+  };
+}
+
+caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
+  col::add_message_types(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  return cfg;
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{prepare(cfg)};
+  caf::scheduler::test_coordinator& sched =
+    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  std::shared_ptr<std::vector<std::string>> driver_log =
+    std::make_shared<std::vector<std::string>>();
+  caf::actor driver = sys.spawn(stand_in_driver, driver_log);
+  std::vector<caf::actor> spawned;
+
+  ~fixture() {
+    for (auto& a : spawned)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+    run();
+  }
+
+  size_t run() {
+    size_t steps = 0;
+    while (sched.try_run_once())
+      ++steps;
+    return steps;
+  }
+
+  // The first message in `who`'s mailbox, rendered ("" when none).
+  static std::string peek(const caf::actor& who) {
+    auto* x = caf::actor_cast<caf::abstract_actor*>(who);
+    auto* head = dynamic_cast<caf::scheduled_actor&>(*x).mailbox().peek();
+    return head ? caf::to_string(head->content()) : "";
+  }
+
+  // A member of the 2-rank group `name` (rank 0) whose ops come from `from`.
+  caf::actor member(const std::string& name, col::op_source from,
+                    result_ptr out) {
+    col::group_spec spec;
+    spec.name = name;
+    spec.world_size = 2;
+    spec.timeout = 5s;
+    spec.ops_from = from;
+    auto a = col::spawn_member(sys, driver, {col::membership_of(spec, 0)},
+                               starter, out);
+    spawned.push_back(a);
+    run();
+    return a;
+  }
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("member path: the op is a request to the member itself, waits "
+          "while the group does not exist yet, and the driver's abort fails "
+          "it with the driver's reason") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("early", col::op_source::members, out);
+  REQUIRE(f.driver_log->size() == 1);
+  CHECK(f.driver_log->front() == "reg early rank 0 ops from members");
+  caf::anon_send(m, go_atom::value, std::string{"early"},
+                 std::vector<float>{1, 2});
+  f.sched.run_once(); // the member handles go and sends itself the op
+  CHECK(contains(f.peek(m), "member_op"));
+  f.run();
+  CHECK(out->answers == 0); // waiting for its group, nothing answered
+  auto why = col::make_error(col::errc::peer_lost,
+                             "group 'early': rank 1 died before formation");
+  caf::anon_send(m, col::abort_atom::value, std::string{"early"}, uint64_t{0},
+                 why);
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::peer_lost);
+  CHECK(contains(col::render(out->err), "rank 1 died"));
+  // The group is broken now: the next op is refused at once.
+  caf::anon_send(m, go_atom::value, std::string{"early"},
+                 std::vector<float>{1});
+  f.run();
+  CHECK(out->answers == 2);
+  CHECK(col::code_of(out->err) == col::errc::peer_lost);
+}
+
+TEST_CASE("member path: an op on a group the member is not in is refused "
+          "in the step that handles the request") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("real", col::op_source::members, out);
+  caf::anon_send(m, go_atom::value, std::string{"no-such"},
+                 std::vector<float>{1});
+  f.sched.run_once(); // go
+  f.sched.run_once(); // the member_op request, refused
+  f.sched.run_once(); // the refusal, delivered to the handler
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::unknown_group);
+  CHECK(contains(col::render(out->err), "'no-such'"));
+}
+
+TEST_CASE("member path: an op without its input is refused naming the group "
+          "and op") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("empty", col::op_source::members, out);
+  caf::anon_send(m, go_atom::value, std::string{"empty"}, std::vector<float>{});
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::invalid_argument);
+  auto text = col::render(out->err);
+  CHECK(contains(text, "'empty'"));
+  CHECK(contains(text, "allreduce"));
+  CHECK(contains(text, "names no object"));
+}
+
+TEST_CASE("member path: the mixed-mode rule, member side: a member refuses "
+          "its own op on a driver-run group and a driver's start on a "
+          "members-run group") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto driven = f.member("driven", col::op_source::driver, out);
+  caf::anon_send(driven, go_atom::value, std::string{"driven"},
+                 std::vector<float>{1});
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::unsupported);
+  CHECK(contains(col::render(out->err), "ops_from = driver"));
+
+  auto own = f.member("own", col::op_source::members, out);
+  caf::error refused;
+  auto starter_of_driver = f.sys.spawn([&, own](caf::event_based_actor* self) {
+    col::start_msg msg;
+    msg.group = "own";
+    msg.op = col::op_kind::barrier;
+    self->request(own, caf::infinite, col::start_atom::value, msg)
+      .then([](col::object_ref&) {},
+            [&](caf::error& err) { refused = std::move(err); });
+  });
+  f.spawned.push_back(starter_of_driver);
+  f.run();
+  CHECK(col::code_of(refused) == col::errc::unsupported);
+  CHECK(contains(col::render(refused), "ops_from = members"));
+}
+
+TEST_CASE("member path: the mixed-mode rule, driver side: the driver refuses "
+          "an op request on a members-run group before anything is sent") {
+  fixture f;
+  auto driver = col::spawn_driver(f.sys);
+  f.spawned.push_back(driver);
+  // A stand-in member registers (the driver's init to it is ignored, so no
+  // group forms and no lane starts).
+  std::vector<std::string> member_log;
+  auto stand_in = f.sys.spawn([&](caf::event_based_actor* self) {
+    col::membership m{"own", 0, 1, "shm", 5000, 0, col::op_source::members};
+    self->send(driver, col::reg_atom::value, m, std::string{"here"});
+    // Logs every message, whatever its type.
+    self->set_default_handler(
+      [&](caf::scheduled_actor*,
+          caf::message_view& x) -> caf::result<caf::message> {
+        member_log.push_back(caf::to_string(x.content()));
+        return caf::message{};
+      });
+    return caf::behavior{[](int32_t) {}};
+  });
+  f.spawned.push_back(stand_in);
+  f.run();
+  REQUIRE(member_log.size() == 1);
+  CHECK(contains(member_log.front(), "col_init"));
+  caf::error refused;
+  auto client = f.sys.spawn(
+    [&, d = col::typed_driver(driver)](caf::event_based_actor* self) {
+      col::barrier(self, d, "own")
+        .then([](col::op_result&) {},
+              [&](caf::error& err) { refused = std::move(err); });
+    });
+  f.spawned.push_back(client);
+  f.run();
+  CHECK(col::code_of(refused) == col::errc::unsupported);
+  CHECK(contains(col::render(refused), "ops_from = members"));
+  CHECK(member_log.size() == 1); // nothing but init reached the member
+}
