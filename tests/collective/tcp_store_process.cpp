@@ -11,6 +11,11 @@
 //       allreduce and a broadcast
 //   file-rank <dir> <world> <rank> <timeout ms>
 //       the same through a file store
+//   fake-rank <port> <secret> <run> <rank> <hold ms>
+//       rank <rank> of a group "tcp" of 2 that does everything a rank does
+//       in the store (publishes Gloo addresses, passes the peer check) but
+//       never connects; its listening port makes the real rank the waiting
+//       side of the connection. Holds its sockets for <hold ms>.
 //
 // Exit codes: 0 ok, 1 wrong result or other error, 3 refused
 // (invalid_argument), 4 timeout. Errors go to stderr.
@@ -27,7 +32,14 @@
 
 #include <caf_collective/all.hpp>
 
+#include <gloo/transport/tcp/address.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 namespace col = caf_collective;
+using col::make_prefix_store;
 
 namespace {
 
@@ -97,6 +109,60 @@ int form_group(col::rendezvous_store_ptr store, int world, int rank,
   }
 }
 
+// A listening socket on 127.0.0.1; `port` 0: any.
+int listen_on(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd, 16) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int fake_rank(char** args, int rank, long hold_ms) {
+  auto store = make_prefix_store("gloo/tcp", client(args));
+  auto put = [&](const std::string& key, const std::string& value) {
+    if (auto err = store->set(key, {value.begin(), value.end()}))
+      std::exit(exit_code_of(err));
+  };
+  // Gloo's TCP pair compares the raw (network order) ports of both ends:
+  // the lower one waits for the other to connect. Ports x*256+255 near the
+  // top are higher than any ephemeral port of the real rank.
+  int pair_fd = -1;
+  for (uint16_t port = 65279; pair_fd < 0 && port > 40000; port -= 256)
+    pair_fd = listen_on(port);
+  int alive_fd = listen_on(0);
+  if (pair_fd < 0 || alive_fd < 0) return 1;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  ::getsockname(pair_fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  auto addr = gloo::transport::tcp::Address{ss}.bytes();
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  put("rank_" + std::to_string(rank), host);
+  put(std::to_string(rank), std::string{addr.begin(), addr.end()});
+  sockaddr_in alive{};
+  len = sizeof(alive);
+  ::getsockname(alive_fd, reinterpret_cast<sockaddr*>(&alive), &len);
+  put("alive/" + std::to_string(rank),
+      "127.0.0.1 " + std::to_string(ntohs(alive.sin_port)));
+  int peer = 1 - rank;
+  auto seen = store->get("alive/" + std::to_string(peer),
+                         std::chrono::milliseconds{hold_ms});
+  if (!seen) return exit_code_of(seen.error());
+  put("checked/" + std::to_string(rank) + "/" + std::to_string(peer),
+      std::string{seen->begin(), seen->end()});
+  ::usleep(static_cast<useconds_t>(hold_ms) * 1000);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +192,8 @@ int main(int argc, char** argv) {
   if (mode == "file-rank" && argc == 6)
     return form_group(col::make_file_store(argv[2]), std::atoi(argv[3]),
                       std::atoi(argv[4]), std::atol(argv[5]));
+  if (mode == "fake-rank" && argc == 7)
+    return fake_rank(argv + 2, std::atoi(argv[5]), std::atol(argv[6]));
   std::fprintf(stderr, "usage: see the comment at the top of %s\n", __FILE__);
   return 2;
 }

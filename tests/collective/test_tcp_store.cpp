@@ -350,3 +350,21 @@ TEST_CASE("threads sharing one TCP store object do not wait for each other's "
   REQUIRE(got);
   CHECK(std::string(got->begin(), got->end()) == "from the other thread");
 }
+
+TEST_CASE("a peer that joins but never connects fails formation at the "
+          "deadline, naming it") {
+  server_process server;
+  // The fake rank 1 passes the peer check, then never connects: Gloo alone
+  // would wait five times the deadline on the real rank 0's side.
+  auto fake = test::spawn_process(
+    helper, {"fake-rank", server.port, secret, "joined", "1", "30000"});
+  auto log = (server.dir.path / "rank0.log").string();
+  auto r0 = spawn_logged(
+    {"rank", server.port, secret, "joined", "2", "0", "2000"}, log);
+  CHECK(test::wait_process(r0, 60s) == 4);
+  kill(fake, SIGTERM);
+  test::wait_process(fake, 10s);
+  CHECK(read_file(log).find("the connections to rank(s) [1] were not "
+                            "established by the formation deadline") !=
+        std::string::npos);
+}

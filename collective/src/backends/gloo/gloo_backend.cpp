@@ -19,6 +19,7 @@
 
 #include <caf/expected.hpp>
 
+#include "backends/gloo/gloo_formation_watchdog.hpp"
 #include "backends/gloo/gloo_store_adapter.hpp"
 #include "backends/gloo/slots.hpp"
 #include "runtime/backend_factory.hpp"
@@ -225,6 +226,9 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
                              cfg.rank, cfg.world_size, resolve_hostname(cfg),
                              cfg.timeout};
+  formation_watchdog watchdog{cfg.rank, cfg.world_size,
+                              std::chrono::steady_clock::now() + cfg.timeout,
+                              [&adapter] { return adapter.own_addresses(); }};
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = resolve_hostname(cfg);
@@ -233,6 +237,7 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
       std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);
     ctx->setTimeout(cfg.timeout);
     ctx->connectFullMesh(adapter, device);
+    watchdog.stop();
     auto result = std::make_unique<gloo_backend>(cfg, ctx);
     result->warm_up(warm_up_bytes);
     return backend_ptr{std::move(result)};
@@ -247,6 +252,15 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
                                                  : errc::backend_error,
                         where, "forming the group failed: " + text);
     }
+    watchdog.stop();
+    if (auto late = watchdog.late_peers(); !late.empty())
+      return make_error(
+        errc::timeout, where,
+        "forming the group failed: the connections to rank(s) " +
+          list_ranks(late) +
+          " were not established by the formation deadline (" +
+          std::to_string(cfg.timeout.count()) +
+          " ms): they stopped or died after joining");
     std::string what = ex.what();
     auto code = what.find("timeout") != std::string::npos ||
                     what.find("Timed out") != std::string::npos ||

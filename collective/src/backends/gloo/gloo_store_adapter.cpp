@@ -49,8 +49,17 @@ void gloo_store_adapter::meet_peers() {
   if (auto err = check_.run(*store_, host_, deadline_)) fail(std::move(err));
 }
 
+std::vector<char> gloo_store_adapter::own_addresses() const {
+  std::lock_guard<std::mutex> guard{own_mtx_};
+  return own_;
+}
+
 void gloo_store_adapter::set(const std::string& key,
                              const std::vector<char>& data) {
+  if (key == std::to_string(rank_)) {
+    std::lock_guard<std::mutex> guard{own_mtx_};
+    own_ = data;
+  }
   if (auto err = store_->set(key, data)) fail(std::move(err));
 }
 

@@ -1,6 +1,8 @@
 // Lets Gloo's rendezvous use any caf-collective rendezvous_store.
 #pragma once
 
+#include <mutex>
+
 #include <gloo/rendezvous/store.h>
 
 #include <caf/error.hpp>
@@ -35,6 +37,10 @@ class gloo_store_adapter : public gloo::rendezvous::Store {
   /// The error behind the last exception thrown to Gloo, if any.
   const caf::error& failure() const noexcept { return failure_; }
 
+  /// What this rank published under Gloo's key "<rank>" (its pairs'
+  /// listening addresses), empty before. Safe from any thread.
+  std::vector<char> own_addresses() const;
+
  private:
   std::chrono::milliseconds time_left(std::chrono::milliseconds limit) const;
 
@@ -54,6 +60,8 @@ class gloo_store_adapter : public gloo::rendezvous::Store {
   bool met_ = false;
   peer_check check_;
   caf::error failure_;
+  mutable std::mutex own_mtx_;
+  std::vector<char> own_;
 };
 
 } // namespace caf_collective::detail

@@ -1,0 +1,90 @@
+#include "backends/gloo/gloo_formation_watchdog.hpp"
+
+#include <cerrno>
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gloo/transport/tcp/address.h>
+
+namespace caf_collective::detail {
+
+namespace {
+
+// Connects to `ss` and closes at once; whether something accepted.
+bool poke(const sockaddr_storage& ss) {
+  int fd =
+    ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  auto len = static_cast<socklen_t>(
+    ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 200) == 1) {
+      int err = 0;
+      socklen_t err_len = sizeof(err);
+      ok =
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && err == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+} // namespace
+
+formation_watchdog::formation_watchdog(
+  int rank, int world_size, std::chrono::steady_clock::time_point deadline,
+  std::function<std::vector<char>()> own_addresses)
+  : rank_(rank), world_size_(world_size), deadline_(deadline),
+    own_addresses_(std::move(own_addresses)) {
+  if (world_size_ < 2) return;
+  thread_ = std::thread{[this] {
+    std::unique_lock<std::mutex> guard{mtx_};
+    if (cv_.wait_until(guard, deadline_, [this] { return stopped_; })) return;
+    // Still under the lock: stop() waits until the pokes are done, so the
+    // formation sees either no poke or all of them.
+    fire();
+  }};
+}
+
+formation_watchdog::~formation_watchdog() {
+  stop();
+}
+
+void formation_watchdog::stop() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<int> formation_watchdog::late_peers() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return late_;
+}
+
+void formation_watchdog::fire() {
+  // Our value under Gloo's key "<rank>": one tcp::Address per peer, the
+  // listening socket of our pair with that peer. A pair that connected (or
+  // connects out itself) has closed its listener, so only waiting pairs
+  // accept the poke.
+  static const size_t size = gloo::transport::tcp::Address{}.bytes().size();
+  auto value = own_addresses_();
+  if (value.size() != size * static_cast<size_t>(world_size_ - 1)) return;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    auto index = static_cast<size_t>(peer < rank_ ? peer : peer - 1);
+    std::vector<char> chunk{value.begin() + index * size,
+                            value.begin() + (index + 1) * size};
+    if (poke(gloo::transport::tcp::Address{chunk}.getSockaddr()))
+      late_.push_back(peer);
+  }
+}
+
+} // namespace caf_collective::detail
