@@ -37,6 +37,7 @@ using driver_api = caf::typed_actor<
 using member_api = caf::typed_actor<
   caf::replies_to<status_atom, std::string>::with<group_status>,
   caf::replies_to<history_atom, std::string>::with<std::string>,
+  caf::replies_to<release_atom, object_ref>::with<caf::ok_atom>,
   caf::replies_to<member_op>::with<object_ref>>;
 
 /// The rendezvous store actor (rendezvous_actor.hpp).

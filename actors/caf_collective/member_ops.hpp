@@ -186,6 +186,13 @@ class member_collectives {
   std::string group_;
 };
 
+/// Puts `t` into the store of `self`'s node, owned by `self`: the object is
+/// released when `self` terminates, unless it was released before.
+template<class Self>
+caf::expected<object_ref> put(Self* self, tensor&& t) {
+  return local_store(self->system())->put(std::move(t), self->id());
+}
+
 /// The collectives of `group` for the member `self`.
 template<class Self>
 member_collectives<Self> collectives(Self* self, std::string group) {

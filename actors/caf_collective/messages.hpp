@@ -65,6 +65,11 @@ using status_atom = caf::atom_constant<caf::atom("col_status")>;
 /// driver asks every rank when an op passes its deadline and logs them.
 using history_atom = caf::atom_constant<caf::atom("col_hist")>;
 
+/// anyone -> member (or driver), request: (release, object_ref) -> ok |
+/// unknown_object: drops the object from the store of the member's node.
+/// The driver forwards a ref of another node to a member living there.
+using release_atom = caf::atom_constant<caf::atom("col_rel")>;
+
 // -- limits -------------------------------------------------------------------
 
 /// The longest deadline the driver accepts (24 h), for groups and ops alike.

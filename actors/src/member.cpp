@@ -205,12 +205,14 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   for (auto& m : groups)
     join(std::move(m));
   // The state dies with the actor, whichever way it exits.
-  self->attach_functor([st](const caf::error&) {
+  self->attach_functor([st, owner = self->id()](const caf::error&) {
     // Only a member with ops in flight aborts: an idle group tears down
     // cleanly (on its lane) and its peers see no spurious failure.
     for (auto& [name, g] : st->groups)
       let_go(name, g);
     st->groups.clear();
+    // A ref owner's death releases its refs (outputs and member puts).
+    st->store->release_owned_by(owner);
   });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
     auto i = st->groups.find(name);
@@ -232,7 +234,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.rp.deliver(detail::in_place(op.plan.op) ? op.in_ref : object_ref{});
       return;
     }
-    auto ref = st->store->put(std::move(*op.out));
+    // Outputs belong to this member: released when it terminates.
+    auto ref = st->store->put(std::move(*op.out), self->id());
     if (ref)
       op.rp.deliver(std::move(*ref));
     else
@@ -408,6 +411,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         op.rp.deliver(
           make_error(errc::aborted, "group '" + name + "' was destroyed"));
       st->groups.erase(i);
+    },
+    [=](release_atom, const object_ref& ref) -> caf::result<caf::ok_atom> {
+      if (auto err = st->store->release(ref)) return err;
+      return caf::ok_atom::value;
     },
     [=](history_atom, const std::string& name) -> caf::result<std::string> {
       auto i = st->groups.find(name);

@@ -47,6 +47,14 @@ class object_store {
   /// capacity; `t` is then left untouched.
   caf::expected<object_ref> put(tensor&& t);
 
+  /// Like put, recording `owner` (e.g. an actor's id, never 0):
+  /// release_owned_by(owner) drops what the owner still holds.
+  caf::expected<object_ref> put(tensor&& t, uint64_t owner);
+
+  /// Drops every object put with `owner` and not released yet; returns how
+  /// many. The actor layer calls it when an owning actor terminates.
+  size_t release_owned_by(uint64_t owner);
+
   /// A view of the stored tensor. Fails with unknown_object if `ref` names
   /// no object here (another node, released, never stored) and with
   /// mismatch if its dtype/shape/device disagree with the stored tensor.
@@ -81,6 +89,7 @@ class object_store {
   size_t bytes_ = 0;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::shared_ptr<tensor>> objects_;
+  std::unordered_map<uint64_t, uint64_t> owners_; // object id -> owner
 };
 
 } // namespace caf_collective

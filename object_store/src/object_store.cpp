@@ -1,6 +1,7 @@
 #include "caf_collective/object_store.hpp"
 
 #include <map>
+#include <vector>
 
 #include "caf_collective/error.hpp"
 
@@ -33,6 +34,10 @@ object_store_ptr object_store::for_node(const std::string& node) {
 }
 
 caf::expected<object_ref> object_store::put(tensor&& t) {
+  return put(std::move(t), 0);
+}
+
+caf::expected<object_ref> object_store::put(tensor&& t, uint64_t owner) {
   if (t.data() == nullptr && t.numel() > 0)
     return make_error(errc::invalid_argument,
                       "object store on node " + node_ +
@@ -49,7 +54,25 @@ caf::expected<object_ref> object_store::put(tensor&& t) {
   object_ref ref{node_, next_id_++, t.type(), t.shape(), t.dev()};
   bytes_ += size;
   objects_.emplace(ref.id, std::make_shared<tensor>(std::move(t)));
+  if (owner != 0) owners_.emplace(ref.id, owner);
   return ref;
+}
+
+size_t object_store::release_owned_by(uint64_t owner) {
+  std::vector<std::shared_ptr<tensor>> dropped; // freed outside the lock
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto i = owners_.begin(); i != owners_.end();) {
+    if (i->second != owner) {
+      ++i;
+      continue;
+    }
+    auto j = objects_.find(i->first);
+    bytes_ -= j->second->nbytes();
+    dropped.push_back(std::move(j->second));
+    objects_.erase(j);
+    i = owners_.erase(i);
+  }
+  return dropped.size();
 }
 
 caf::expected<pinned_tensor> object_store::lookup(const object_ref& ref) const {
@@ -91,6 +114,7 @@ caf::error object_store::release(const object_ref& ref) {
   auto i = objects_.find(ref.id);
   bytes_ -= i->second->nbytes();
   dropped = std::move(i->second);
+  owners_.erase(i->first);
   objects_.erase(i);
   return {};
 }

@@ -14,6 +14,7 @@
 #include <caf_collective/client.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
+#include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
 #include <caf_collective/member_ops.hpp>
 
@@ -511,4 +512,57 @@ TEST_CASE("a member with a healthy idle group exits without blocking its "
   // teardown's barrier with rank 1 (5 s), beyond this request's 3 s.
   self->request(pinger, 3s, caf::ping_atom::value)
     .receive([](caf::pong_atom) {}, [&](caf::error& err) { FAIL(text(err)); });
+}
+
+namespace {
+
+using put_atom = caf::atom_constant<caf::atom("t_put")>;
+
+// A member that puts a tensor it owns on request and answers its ref.
+caf::behavior putter(caf::event_based_actor* self) {
+  return {
+    [=](put_atom, float x) -> caf::result<col::object_ref> {
+      auto ref =
+        col::put(self, col::tensor::from_vector(std::vector<float>{x, x}));
+      if (!ref) return std::move(ref.error());
+      return *ref;
+    },
+  };
+}
+
+} // namespace
+
+TEST_CASE("refs a member owns are released when it terminates, and any "
+          "actor can release a ref through the member of its node") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  auto store = col::local_store(f.sys);
+  auto m = f.member(members_run("owner", 0, 1), putter);
+  auto put = [&](float x) {
+    col::object_ref result;
+    self->request(m, 5s, put_atom::value, x)
+      .receive([&](col::object_ref& r) { result = std::move(r); },
+               [&](caf::error& err) { FAIL(text(err)); });
+    return result;
+  };
+  auto a = put(1);
+  auto b = put(2);
+  auto before = store->objects();
+  // Released through the member's typed view.
+  self->request(col::typed_member(m), 5s, col::release_atom::value, a)
+    .receive([](caf::ok_atom) {}, [&](caf::error& err) { FAIL(text(err)); });
+  CHECK(!store->contains(a));
+  CHECK(store->objects() == before - 1);
+  // Releasing twice names the object.
+  self->request(col::typed_member(m), 5s, col::release_atom::value, a)
+    .receive([](caf::ok_atom) { FAIL("released twice"); },
+             [&](caf::error& err) {
+               CHECK(col::code_of(err) == col::errc::unknown_object);
+             });
+  // The owner's death releases what it still owns.
+  REQUIRE(store->contains(b));
+  self->monitor(m);
+  caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  CHECK(!store->contains(b));
 }
