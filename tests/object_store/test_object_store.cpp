@@ -10,6 +10,7 @@
 
 #include <caf_collective/error.hpp>
 #include <caf_collective/object_store.hpp>
+#include <caf_collective/read.hpp>
 
 namespace col = caf_collective;
 
@@ -149,4 +150,44 @@ TEST_CASE("object_ref survives CAF serialization") {
   auto msg = caf::make_message(ref);
   CHECK(msg.match_element<col::object_ref>(0));
   CHECK(col::to_string(ref) == "obj#42@node bfloat16[2,3,4] cuda:2");
+}
+
+TEST_CASE("release_owned_by drops exactly what an owner still holds and "
+          "frees its bytes") {
+  col::object_store store{"node-a"};
+  auto mine1 = store.put(col::tensor::from_vector(std::vector<float>{1, 2}), 7);
+  auto mine2 = store.put(col::tensor::from_vector(std::vector<float>{3}), 7);
+  auto theirs = store.put(col::tensor::from_vector(std::vector<float>{4}), 8);
+  auto nobodys = store.put(col::tensor::from_vector(std::vector<float>{5}));
+  REQUIRE((mine1 && mine2 && theirs && nobodys));
+  REQUIRE(!store.release(*mine2)); // released before its owner's death
+  CHECK(store.release_owned_by(7) == 1);
+  CHECK(!store.contains(*mine1));
+  CHECK(store.contains(*theirs));
+  CHECK(store.contains(*nobodys));
+  CHECK(store.bytes() == 2 * sizeof(float));
+  CHECK(store.release_owned_by(7) == 0);
+}
+
+TEST_CASE("read_vector and read_into copy a stored tensor out, refusing "
+          "another dtype or count") {
+  col::object_store store{"node-a"};
+  auto ref = store.put(col::tensor::from_vector(std::vector<int32_t>{4, 5}));
+  REQUIRE(ref);
+  auto xs = col::read_vector<int32_t>(store, *ref);
+  REQUIRE(xs);
+  CHECK(*xs == std::vector<int32_t>{4, 5});
+  auto wrong = col::read_vector<float>(store, *ref);
+  REQUIRE(!wrong);
+  CHECK(col::code_of(wrong.error()) == col::errc::mismatch);
+  std::vector<int32_t> three(3, -1);
+  auto err = col::read_into(
+    store, *ref,
+    col::tensor_view{three.data(), col::dtype::int32, three.size()});
+  CHECK(col::code_of(err) == col::errc::mismatch);
+  CHECK(three == std::vector<int32_t>(3, -1)); // nothing copied
+  col::object_ref gone = *ref;
+  REQUIRE(!store.release(*ref));
+  CHECK(col::code_of(col::read_vector<int32_t>(store, gone).error()) ==
+        col::errc::unknown_object);
 }
