@@ -159,4 +159,15 @@ auto send_recv(Client&& self, const driver_api& driver, std::string group,
                         std::move(params)});
 }
 
+/// Releases `ref` wherever it lives: the driver drops a ref of its node and
+/// forwards one of another node to a member there. Blocking form.
+caf::error release(caf::scoped_actor& self, const driver_api& driver,
+                   const object_ref& ref);
+
+/// Releases `ref` wherever it lives (see above); answers caf::ok_atom.
+template<class Self>
+auto release(Self* self, const driver_api& driver, const object_ref& ref) {
+  return self->request(driver, caf::infinite, release_atom::value, ref);
+}
+
 } // namespace caf_collective

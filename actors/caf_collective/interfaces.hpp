@@ -30,7 +30,8 @@ using driver_api = caf::typed_actor<
                   std::string, int64_t>::with<caf::ok_atom>,
   caf::replies_to<wait_atom, std::string>::with<caf::ok_atom>,
   caf::replies_to<destroy_atom, std::string>::with<caf::ok_atom>,
-  caf::replies_to<status_atom, std::string>::with<group_status>>;
+  caf::replies_to<status_atom, std::string>::with<group_status>,
+  caf::replies_to<release_atom, object_ref>::with<caf::ok_atom>>;
 
 /// What anyone may ask a member about its groups, and what a member asks
 /// itself for a member-initiated op (member_ops.hpp).

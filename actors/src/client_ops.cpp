@@ -67,4 +67,13 @@ caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
   return result;
 }
 
+caf::error release(caf::scoped_actor& self, const driver_api& driver,
+                   const object_ref& ref) {
+  caf::error result;
+  self->request(driver, caf::infinite, release_atom::value, ref)
+    .receive([](caf::ok_atom) {},
+             [&](caf::error& err) { result = std::move(err); });
+  return result;
+}
+
 } // namespace caf_collective

@@ -6,7 +6,8 @@
 //   reports, the formation deadline;
 // - driver_validation: pure checks of declarations and op requests;
 // - driver_dispatch: the op queue, ref checks, start messages, answers;
-// - driver_failure: broken groups, member deaths, op deadlines, destroy.
+// - driver_failure: broken groups, member deaths, op deadlines, destroy;
+// - driver_release: releasing refs of any node.
 #include "caf_collective/driver.hpp"
 
 #include <caf/all.hpp>
@@ -18,6 +19,7 @@
 #include "driver_dispatch.hpp"
 #include "driver_failure.hpp"
 #include "driver_formation.hpp"
+#include "driver_release.hpp"
 #include "driver_state.hpp"
 
 namespace caf_collective {
@@ -108,6 +110,10 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
     },
     [=](status_atom, const std::string& name) {
       return status_of(self->state, name);
+    },
+    // -- refs (driver_release) --
+    [=](release_atom, const object_ref& ref) -> caf::result<caf::ok_atom> {
+      return release_ref(self, ref);
     },
   };
 }

@@ -205,3 +205,39 @@ TEST_CASE("a member's status through its typed view") {
     .receive([](col::group_status& st) { CHECK(st.state == "ready"); },
              [](caf::error& err) { FAIL(col::render(err)); });
 }
+
+TEST_CASE("the driver releases refs of its own node and, through a member "
+          "living there, of another node") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  // A second actor system in this process is another node: its own name
+  // and its own store.
+  caf::actor_system_config other_cfg;
+  col::add_message_types(other_cfg);
+  caf::actor_system other{other_cfg};
+  auto other_store = col::local_store(other);
+  REQUIRE(other_store->node() != f.store->node());
+  col::group_spec spec;
+  spec.name = "far";
+  spec.world_size = 1;
+  auto far = col::spawn_group(other, f.driver, spec, tells_rank);
+  REQUIRE(!col::await_group(self, f.driver, "far", 15s));
+  auto remote = other_store->put(col::tensor::from_vector(std::vector<int>{1}));
+  auto local = f.store->put(col::tensor::from_vector(std::vector<int>{2}));
+  REQUIRE((remote && local));
+  CHECK(!col::release(self, f.typed, *local));
+  CHECK(!f.store->contains(*local));
+  CHECK(!col::release(self, f.typed, *remote));
+  CHECK(!other_store->contains(*remote));
+  // Gone already: the member's store says so, through the driver.
+  auto err = col::release(self, f.typed, *remote);
+  CHECK(col::code_of(err) == col::errc::unknown_object);
+  // A node no member of the driver lives on.
+  auto stray = *remote;
+  stray.node = "nowhere";
+  err = col::release(self, f.typed, stray);
+  CHECK(col::code_of(err) == col::errc::unknown_object);
+  CHECK(col::render(err).find("nowhere") != std::string::npos);
+  for (auto& a : far)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}

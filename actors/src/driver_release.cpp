@@ -1,0 +1,39 @@
+#include "driver_release.hpp"
+
+#include <caf/all.hpp>
+
+#include "caf_collective/error.hpp"
+#include "caf_collective/interfaces.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+// A member the driver knows on `node`, or null.
+caf::actor member_on(const driver_state& st, const std::string& node) {
+  for (auto& [name, g] : st.groups)
+    for (size_t r = 0; r < g.nodes.size(); ++r)
+      if (g.nodes[r] == node && g.members[r]) return g.members[r];
+  return nullptr;
+}
+
+} // namespace
+
+caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
+  if (!ref.valid())
+    return make_error(errc::invalid_argument, "release: the ref is empty");
+  if (ref.node == self->state.node) {
+    if (auto err = self->state.local->release(ref)) return err;
+    return caf::ok_atom::value;
+  }
+  auto member = member_on(self->state, ref.node);
+  if (!member)
+    return make_error(errc::unknown_object,
+                      "release: no member of node " + ref.node +
+                        " is known to the driver, so object " +
+                        std::to_string(ref.id) + " cannot be reached");
+  // The member of that node answers the client directly.
+  return self->delegate(typed_member(member), release_atom::value, ref);
+}
+
+} // namespace caf_collective::detail
