@@ -1,0 +1,201 @@
+// caf_collective_member_loop: the member-initiated path against the
+// imperative API, in one run. N members each start `iters` allreduces back
+// to back from their own handlers (each .then starts the next); N threads
+// each call allreduce `iters` times on the same backend. Prints the median
+// and 90th percentile time per op of both and their difference (issue 11's
+// goal: within 10 us at 8 B).
+//
+//   caf_collective_member_loop [--ranks 4] [--iters 2000] [--bytes 8]
+//                              [--backend shm|gloo]
+//                              [--caf-scheduler stealing|sharing]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "caf_collective/api.hpp"
+#include "caf_collective/client.hpp"
+#include "caf_collective/driver.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/member.hpp"
+#include "caf_collective/member_ops.hpp"
+
+namespace col = caf_collective;
+using clock_type = std::chrono::steady_clock;
+using go_atom = caf::atom_constant<caf::atom("go")>;
+
+namespace {
+
+struct settings {
+  int ranks = 4;
+  int iters = 2000;
+  size_t bytes = 8;
+  std::string backend = "shm";
+  std::string scheduler = "stealing";
+};
+
+settings parse(int argc, char** argv) {
+  settings s;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string key = argv[i];
+    std::string value = argv[i + 1];
+    if (key == "--ranks")
+      s.ranks = std::stoi(value);
+    else if (key == "--iters")
+      s.iters = std::stoi(value);
+    else if (key == "--bytes")
+      s.bytes = std::stoul(value);
+    else if (key == "--backend")
+      s.backend = value;
+    else if (key == "--caf-scheduler")
+      s.scheduler = value;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", key.c_str());
+      std::exit(2);
+    }
+  }
+  return s;
+}
+
+// Per-op durations in microseconds.
+using samples = std::vector<double>;
+
+double percentile(samples xs, double p) {
+  std::sort(xs.begin(), xs.end());
+  return xs[static_cast<size_t>(p * static_cast<double>(xs.size() - 1))];
+}
+
+// A member that, on (go, iters, elements), runs `iters` allreduces of its
+// own, one after the other, and answers each op's duration.
+caf::behavior looping(caf::event_based_actor* self, int32_t) {
+  return {
+    [=](go_atom, int32_t iters, int32_t elements) -> caf::result<samples> {
+      auto rp = self->make_response_promise<samples>();
+      auto ref =
+        col::put(self,
+                 col::tensor::from_vector(std::vector<float>(elements, 1.0f)))
+          .value();
+      auto times = std::make_shared<samples>();
+      auto next = std::make_shared<std::function<void()>>();
+      *next = [=]() mutable {
+        if (static_cast<int32_t>(times->size()) == iters) {
+          rp.deliver(std::move(*times));
+          *next = nullptr;
+          return;
+        }
+        auto start = clock_type::now();
+        col::collectives(self, "loop")
+          .allreduce(ref)
+          .then(
+            [=](col::object_ref&) mutable {
+              std::chrono::duration<double, std::micro> dt =
+                clock_type::now() - start;
+              times->push_back(dt.count());
+              (*next)();
+            },
+            [=](caf::error& err) mutable {
+              rp.deliver(std::move(err));
+              *next = nullptr;
+            });
+      };
+      (*next)();
+      return rp;
+    },
+  };
+}
+
+samples member_path(const settings& s, int elements) {
+  caf::actor_system_config cfg;
+  col::add_message_types(cfg);
+  cfg.set("scheduler.policy", s.scheduler == "sharing" ? caf::atom("sharing")
+                                                       : caf::atom("stealing"));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto driver = col::spawn_driver(sys);
+  col::group_spec spec;
+  spec.name = "loop";
+  spec.world_size = s.ranks;
+  spec.backend = s.backend;
+  spec.ops_from = col::op_source::members;
+  auto members = col::spawn_group(sys, driver, spec, looping);
+  if (auto err =
+        col::await_group(self, driver, "loop", std::chrono::seconds{30}))
+    throw std::runtime_error(col::render(err));
+  for (auto& m : members)
+    self->send(m, go_atom::value, int32_t{s.iters}, int32_t{elements});
+  samples all;
+  int answered = 0;
+  self->receive_for(answered, s.ranks)(
+    [&](samples& xs) {
+      // Warm-up: the first tenth of each member's ops is dropped.
+      all.insert(all.end(), xs.begin() + xs.size() / 10, xs.end());
+    },
+    [&](caf::error& err) { throw std::runtime_error(col::render(err)); });
+  for (auto& m : members)
+    self->send_exit(m, caf::exit_reason::user_shutdown);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return all;
+}
+
+samples imperative_path(const settings& s, int elements) {
+  std::vector<samples> per_rank(static_cast<size_t>(s.ranks));
+  std::vector<std::thread> threads;
+  auto store = col::make_in_process_store();
+  for (int r = 0; r < s.ranks; ++r)
+    threads.emplace_back([&, r] {
+      col::member_scope scope;
+      col::init_options opts;
+      opts.store = store;
+      col::init_collective_group(s.ranks, r, s.backend, "loop", opts);
+      std::vector<float> xs(static_cast<size_t>(elements), 1.0f);
+      auto view = col::tensor_view{xs.data(), col::dtype::float32, xs.size()};
+      auto& mine = per_rank[static_cast<size_t>(r)];
+      for (int i = 0; i < s.iters; ++i) {
+        auto start = clock_type::now();
+        col::allreduce(view, "loop");
+        std::chrono::duration<double, std::micro> dt =
+          clock_type::now() - start;
+        if (i >= s.iters / 10) mine.push_back(dt.count());
+      }
+      col::destroy_collective_group("loop");
+    });
+  for (auto& t : threads)
+    t.join();
+  samples all;
+  for (auto& xs : per_rank)
+    all.insert(all.end(), xs.begin(), xs.end());
+  return all;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto s = parse(argc, argv);
+  auto elements = static_cast<int>(std::max<size_t>(s.bytes / 4, 1));
+  std::printf("# %d ranks, %d allreduces of %zu B each, backend %s, CAF "
+              "scheduler %s\n",
+              s.ranks, s.iters, static_cast<size_t>(elements) * 4,
+              s.backend.c_str(), s.scheduler.c_str());
+  try {
+    auto imperative = imperative_path(s, elements);
+    auto member = member_path(s, elements);
+    auto im50 = percentile(imperative, 0.5);
+    auto me50 = percentile(member, 0.5);
+    std::printf("%-12s %10s %10s\n", "path", "median_us", "p90_us");
+    std::printf("%-12s %10.2f %10.2f\n", "imperative", im50,
+                percentile(imperative, 0.9));
+    std::printf("%-12s %10.2f %10.2f\n", "member", me50,
+                percentile(member, 0.9));
+    std::printf("member - imperative (median): %.2f us\n", me50 - im50);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "member_loop: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}
