@@ -1,0 +1,189 @@
+// caf_collective_shm_latency: where the time of a small shm allreduce goes.
+//
+// Times every single allreduce of a few bytes on ranks that are threads of
+// this process or forked processes, either through the public API (group,
+// lane, validation, history: what users call) or straight through the shm
+// backend (make_shm_backend, no group around it), and prints rank 0's
+// median, 10th and 90th percentile. The difference of the two is the cost
+// of the layers above the backend. --pin puts rank r on CPU r % cores, to
+// tell the cost of ranks sharing one CPU from the backend's own.
+//
+// usage: caf_collective_shm_latency [--ranks N] [--procs] [--backend-only]
+//                                   [--bytes B] [--iters N] [--pin]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/expected.hpp>
+
+#include <caf_collective/all.hpp>
+
+#include "backends/shm/shm_backend.hpp"
+
+namespace col = caf_collective;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct options {
+  int ranks = 2;
+  bool procs = false;
+  bool backend_only = false;
+  size_t bytes = 8;
+  int iters = 20000;
+  bool pin = false;
+};
+
+options parse(int argc, char** argv) {
+  options opts;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+      return std::string{argv[++i]};
+    };
+    if (flag == "--ranks")
+      opts.ranks = std::stoi(value());
+    else if (flag == "--procs")
+      opts.procs = true;
+    else if (flag == "--backend-only")
+      opts.backend_only = true;
+    else if (flag == "--bytes")
+      opts.bytes = std::stoul(value());
+    else if (flag == "--iters")
+      opts.iters = std::stoi(value());
+    else if (flag == "--pin")
+      opts.pin = true;
+    else
+      throw std::invalid_argument("unknown flag " + flag);
+  }
+  if (opts.ranks < 1 || opts.iters < 1 || opts.bytes < 4)
+    throw std::invalid_argument(
+      "need --ranks >= 1, --iters >= 1, --bytes >= 4");
+  return opts;
+}
+
+/// Times opts.iters allreduces of opts.bytes / 4 float32 on this rank.
+std::vector<double> time_rank(const options& opts, int rank,
+                              col::rendezvous_store_ptr store) {
+  if (opts.pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % int(std::thread::hardware_concurrency()), &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
+  std::vector<float> in(opts.bytes / 4, 1.0f);
+  std::vector<float> out(in.size());
+  std::vector<double> samples(size_t(opts.iters));
+  auto timed = [&](auto&& call) {
+    for (auto& sample : samples) {
+      auto start = clock_type::now();
+      call();
+      sample =
+        std::chrono::duration<double, std::micro>(clock_type::now() - start)
+          .count();
+    }
+  };
+  if (opts.backend_only) {
+    col::group_config cfg;
+    cfg.name = "latency";
+    cfg.world_size = opts.ranks;
+    cfg.rank = rank;
+    cfg.backend = "shm";
+    cfg.store = std::move(store);
+    auto be = col::detail::shm::make_shm_backend(cfg);
+    if (!be) throw std::runtime_error(col::render(be.error()));
+    col::op_call call{0, std::chrono::seconds{30}};
+    col::allreduce_options aopts;
+    timed([&] {
+      ++call.seq;
+      if (auto err =
+            (*be)->allreduce(call, col::view_of(in), col::view_of(out), aopts))
+        throw std::runtime_error(col::render(err));
+    });
+    return samples;
+  }
+  col::member_scope scope; // threads of one process are separate members
+  col::init_options init;
+  init.store = std::move(store);
+  col::init_collective_group(opts.ranks, rank, "shm", "latency", init);
+  timed(
+    [&] { col::allreduce(col::view_of(in), col::view_of(out), "latency"); });
+  col::destroy_collective_group("latency");
+  return samples;
+}
+
+void report(const options& opts, std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  auto at = [&](double q) {
+    return samples[size_t(q * double(samples.size() - 1))];
+  };
+  std::printf("%d ranks as %s, %zu B allreduce through %s%s: rank 0 median "
+              "%.2f us, p10 %.2f us, p90 %.2f us (%d iterations)\n",
+              opts.ranks, opts.procs ? "processes" : "threads", opts.bytes,
+              opts.backend_only ? "the shm backend only" : "the API",
+              opts.pin ? ", pinned" : "", at(0.5), at(0.1), at(0.9),
+              opts.iters);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    auto opts = parse(argc, argv);
+    if (!opts.procs) {
+      auto store = col::make_in_process_store();
+      std::vector<double> first;
+      std::vector<std::thread> threads;
+      for (int r = 0; r < opts.ranks; ++r)
+        threads.emplace_back([&, r] {
+          auto samples = time_rank(opts, r, store);
+          if (r == 0) first = std::move(samples);
+        });
+      for (auto& t : threads)
+        t.join();
+      report(opts, std::move(first));
+      return 0;
+    }
+    char dir[] = "/tmp/caf_collective_latency_XXXXXX";
+    if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
+    std::vector<pid_t> pids;
+    for (int r = 0; r < opts.ranks; ++r) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        try {
+          auto samples = time_rank(opts, r, col::make_file_store(dir));
+          if (r == 0) report(opts, std::move(samples));
+          std::fflush(stdout);
+          _exit(0);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          _exit(1);
+        }
+      }
+      pids.push_back(pid);
+    }
+    int failed = 0;
+    for (auto pid : pids) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return failed == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "caf_collective_shm_latency: %s\n", e.what());
+    return 2;
+  }
+}
