@@ -23,7 +23,9 @@
 #include <caf/duration.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "caf_collective/member_jobs.hpp"
 #include "caf_collective/messages.hpp"
+#include "caf_collective/object_collectives.hpp"
 
 namespace caf_collective {
 
@@ -165,7 +167,80 @@ class member_collectives {
     return start(std::move(op));
   }
 
+  // -- objects (object_collectives.hpp): any type with an inspect overload;
+  // each call answers the objects it yields, or the op's error --------------
+
+  /// Answers the root's object (T) on every rank.
+  template<class T>
+  auto broadcast_object(T obj, int root, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("broadcast_object",
+                     [obj = std::move(obj), root, opts](group& g) mutable {
+                       caf_collective::broadcast_object(g, obj, root, opts);
+                       return caf::make_message(std::move(obj));
+                     });
+  }
+
+  /// Answers every rank's object in rank order (std::vector<T>).
+  template<class T>
+  auto allgather_object(T obj, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("allgather_object", [obj = std::move(obj),
+                                          opts](group& g) {
+      return caf::make_message(caf_collective::allgather_object(g, obj, opts));
+    });
+  }
+
+  /// Answers every rank's object on the root, an empty vector elsewhere.
+  template<class T>
+  auto gather_object(T obj, int root, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("gather_object",
+                     [obj = std::move(obj), root, opts](group& g) {
+                       return caf::make_message(
+                         caf_collective::gather_object(g, obj, root, opts));
+                     });
+  }
+
+  /// Answers this rank's object (T) of the root's `objs` (read there only).
+  template<class T>
+  auto scatter_object(std::vector<T> objs, int root, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("scatter_object",
+                     [objs = std::move(objs), root, opts](group& g) {
+                       return caf::make_message(
+                         caf_collective::scatter_object(g, objs, root, opts));
+                     });
+  }
+
+  /// Answers caf::ok_atom once rank `dst` has read the object.
+  template<class T>
+  auto send_object(T obj, int dst, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("send_object",
+                     [obj = std::move(obj), dst, opts](group& g) {
+                       caf_collective::send_object(g, obj, dst, opts);
+                       return caf::make_message(caf::ok_atom::value);
+                     });
+  }
+
+  /// Answers the object (T) rank `src` sent with send_object.
+  template<class T>
+  auto recv_object(int src, object_options opts = {}) {
+    opts.system = &self_->system();
+    return start_job("recv_object", [src, opts](group& g) {
+      return caf::make_message(caf_collective::recv_object<T>(g, src, opts));
+    });
+  }
+
  private:
+  template<class Fn>
+  auto start_job(std::string what, Fn fn) {
+    return self_->request(
+      caf::actor_cast<caf::actor>(self_), caf::infinite,
+      member_job{group_, std::move(what), detail::make_job(std::move(fn))});
+  }
+
   member_op make(op_kind kind, object_ref ref, const op_options& opts) const {
     member_op op;
     op.group = group_;

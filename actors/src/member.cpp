@@ -7,11 +7,13 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <thread>
 
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "caf_collective/member_jobs.hpp"
 #include "caf_collective/member_ops.hpp"
 #include "caf_collective/object_store.hpp"
 #include "caf_collective/rendezvous_actor.hpp"
@@ -26,6 +28,7 @@ namespace {
 using formed_atom = caf::atom_constant<caf::atom("col_formed")>;
 using done_atom = caf::atom_constant<caf::atom("col_done")>;
 using submit_atom = caf::atom_constant<caf::atom("col_submit")>;
+using job_done_atom = caf::atom_constant<caf::atom("col_jdone")>;
 
 using detail::op_plan;
 
@@ -39,6 +42,10 @@ struct inflight {
   std::shared_ptr<tensor> out;
   dtype type_hint = dtype::float32;
   caf::response_promise rp;
+  /// An object op: blocking work on a thread of its own (member_jobs.hpp).
+  group_job_ptr job;
+  /// Handed to the lane (or its thread started): an op runs once.
+  bool launched = false;
 };
 
 struct member_group {
@@ -51,6 +58,9 @@ struct member_group {
   // member's own count for members-run groups (a group has one source).
   std::map<uint64_t, inflight> ops;
   uint64_t next_own_key = 0;
+  /// The key of the object op running on its thread (0: none). Ops started
+  /// after it wait until it finished: its own tensor ops must come first.
+  uint64_t job_running = 0;
 };
 
 // Lets go of a group without blocking the calling scheduler thread: a
@@ -100,6 +110,24 @@ caf::error refuse_member_op(const member_group* g, const std::string& name,
     return g->reason ? g->reason
                      : make_error(errc::aborted, context_of(*g, req.op),
                                   "group is " + g->state);
+  return {};
+}
+
+// The same rules for an object op (member_jobs.hpp), named by `what`.
+caf::error refuse_member_job(const member_group* g, const std::string& name,
+                             const std::string& what) {
+  auto where = "group '" + name + "' " + what + ": ";
+  if (!g)
+    return make_error(errc::unknown_group,
+                      where + "this member is not in the group");
+  if (g->m.ops_from != op_source::members)
+    return make_error(errc::unsupported,
+                      where + "the group takes its ops from its driver "
+                              "(membership ops_from = driver)");
+  if (g->state == "broken" || g->state == "failed")
+    return g->reason
+             ? g->reason
+             : make_error(errc::aborted, where + "group is " + g->state);
   return {};
 }
 
@@ -186,6 +214,10 @@ caf::expected<inflight> plan_member_op(const member_group& g,
 
 } // namespace
 
+group_job::~group_job() {
+  // nop
+}
+
 caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
                               std::vector<membership> groups) {
   auto st = std::make_shared<member_state>();
@@ -256,14 +288,30 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     if (i == st->groups.end()) return;
     auto& g = i->second;
     auto j = g.ops.find(seq);
-    if (j == g.ops.end() || !g.grp) return;
+    if (j == g.ops.end() || !g.grp || j->second.launched) return;
+    if (g.job_running != 0 && seq > g.job_running) return; // after the job
     auto& op = j->second;
+    op.launched = true;
+    auto gen = g.gen;
+    if (op.job) {
+      g.job_running = seq;
+      // Blocks while it runs its tensor ops on the group: a thread of its
+      // own, holding the group until it is done.
+      std::thread{[grp = g.grp, job = op.job, addr, name, gen, seq] {
+        auto result = job->run(*grp);
+        auto err = result ? caf::error{} : std::move(result.error());
+        auto msg = result ? std::move(*result) : caf::message{};
+        if (auto hdl = caf::actor_cast<caf::actor>(addr))
+          caf::anon_send(hdl, job_done_atom::value, name, gen, seq,
+                         std::move(msg), std::move(err));
+      }}.detach();
+      return;
+    }
     tensor_view in =
       op.in ? op.in->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
     tensor_view out =
       op.out ? op.out->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
     auto w = detail::submit_plan(*g.grp, op.plan, seq, in, out);
-    auto gen = g.gen;
     w.on_complete([addr, name, gen, seq](const caf::error& err) {
       if (auto hdl = caf::actor_cast<caf::actor>(addr))
         caf::anon_send(hdl, done_atom::value, name, gen, seq, err);
@@ -379,6 +427,38 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       planned->rp = self->make_response_promise();
       enqueue(*g, ++g->next_own_key, std::move(*planned));
       return caf::delegated<object_ref>{};
+    },
+    [=](member_job& req) -> caf::result<caf::message> {
+      auto g = find(req.group, 0);
+      if (auto err = refuse_member_job(g, req.group, req.what)) return err;
+      inflight op;
+      op.job = std::move(req.job);
+      op.rp = self->make_response_promise();
+      auto key = ++g->next_own_key;
+      g->ops.emplace(key, std::move(op));
+      launch(req.group, key);
+      return caf::delegated<caf::message>{};
+    },
+    [=](job_done_atom, const std::string& name, uint64_t gen, uint64_t key,
+        caf::message& result, caf::error& err) {
+      auto g = find(name, gen);
+      if (!g) return;
+      if (g->job_running == key) g->job_running = 0;
+      auto i = g->ops.find(key);
+      if (i != g->ops.end()) {
+        auto rp = std::move(i->second.rp);
+        g->ops.erase(i);
+        if (err)
+          rp.deliver(std::move(err));
+        else
+          rp.deliver(std::move(result));
+      }
+      // The ops started after the job, in the order they were started.
+      std::vector<uint64_t> held;
+      for (auto& [k, op] : g->ops)
+        if (!op.launched) held.push_back(k);
+      for (auto k : held)
+        launch(name, k);
     },
     [=](submit_atom, const std::string& name, uint64_t seq) {
       launch(name, seq);

@@ -5,9 +5,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <thread>
 
 #include <caf/all.hpp>
 
@@ -564,5 +567,158 @@ TEST_CASE("refs a member owns are released when it terminates, and any "
   self->monitor(m);
   caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
   self->receive([](caf::down_msg&) {});
+  // The down message may overtake the member's own cleanup (both run as
+  // it terminates): wait for the release, bounded.
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (store->contains(b) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
   CHECK(!store->contains(b));
+}
+
+namespace {
+
+using objects_atom = caf::atom_constant<caf::atom("t_objs")>;
+
+// A member that, on objects, runs a fixed sequence of object ops mixed with
+// a tensor op, each started when the previous one answered, and answers a
+// summary of what it saw ("" on success, else what went wrong).
+caf::behavior object_member(caf::event_based_actor* self, int32_t rank,
+                            int32_t ws) {
+  return {
+    [=](objects_atom) -> caf::result<std::string> {
+      auto rp = self->make_response_promise<std::string>();
+      auto grp = col::collectives(self, "objs");
+      auto fail = [=](caf::error& err) mutable {
+        rp.deliver("error: " + text(err));
+      };
+      // Rank r's name has r + 1 letters: sizes differ per rank.
+      std::string name(static_cast<size_t>(rank) + 1, 'a' + rank);
+      auto cfg = rank == 1 ? std::map<std::string, int>{{"lr", 3}, {"bs", 64}}
+                           : std::map<std::string, int>{};
+      grp.broadcast_object(cfg, 1).then(
+        [=](std::map<std::string, int>& got) mutable {
+          if (got.size() != 2 || got["bs"] != 64) {
+            rp.deliver(std::string{"broadcast_object gave a wrong map"});
+            return;
+          }
+          grp.allgather_object(name).then(
+            [=](std::vector<std::string>& names) mutable {
+              for (int32_t r = 0; r < ws; ++r)
+                if (names.at(static_cast<size_t>(r)) !=
+                    std::string(static_cast<size_t>(r) + 1, 'a' + r)) {
+                  rp.deliver(std::string{"allgather_object: wrong name"});
+                  return;
+                }
+              // A tensor op right after the object ops: same order on
+              // every rank, so its result is right.
+              auto ref = put_floats(self->system(), {1.0f});
+              grp.allreduce(ref).then(
+                [=](col::object_ref& out) mutable {
+                  auto xs = floats_of(self->system(), out);
+                  if (xs != std::vector<float>{static_cast<float>(ws)}) {
+                    rp.deliver(std::string{"allreduce after objects wrong"});
+                    return;
+                  }
+                  std::vector<std::vector<int>> parts;
+                  for (int32_t r = 0; r < ws; ++r)
+                    parts.push_back(std::vector<int>(r + 1, r));
+                  grp.scatter_object(rank == 0 ? parts : decltype(parts){}, 0)
+                    .then(
+                      [=](std::vector<int>& mine) mutable {
+                        rp.deliver(mine == std::vector<int>(rank + 1, rank)
+                                     ? std::string{}
+                                     : std::string{"scatter_object wrong"});
+                      },
+                      fail);
+                },
+                fail);
+            },
+            fail);
+        },
+        fail);
+      return rp;
+    },
+  };
+}
+
+} // namespace
+
+TEST_CASE("members run object collectives from their handlers, in order with "
+          "their tensor ops") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  constexpr int ws = 3;
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < ws; ++r)
+    ms.push_back(
+      f.member(members_run("objs", r, ws), object_member, r, int32_t{ws}));
+  REQUIRE(!col::await_group(self, f.driver, "objs", 15s));
+  for (auto& m : ms)
+    self->send(m, objects_atom::value);
+  int answered = 0;
+  self->receive_for(answered, ws)(
+    [&](std::string& problem) { CHECK_MESSAGE(problem.empty(), problem); },
+    [&](caf::error& err) { FAIL(text(err)); },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+}
+
+namespace {
+
+using sendobj_atom = caf::atom_constant<caf::atom("t_sendobj")>;
+
+caf::behavior object_pair(caf::event_based_actor* self, int32_t rank,
+                          std::string group) {
+  return {
+    [=](sendobj_atom) -> caf::result<std::string> {
+      auto rp = self->make_response_promise<std::string>();
+      auto grp = col::collectives(self, group);
+      auto fail = [=](caf::error& err) mutable { rp.deliver(text(err)); };
+      if (rank == 0)
+        grp.send_object(std::vector<std::string>{"x", "yy"}, 1)
+          .then([=](caf::ok_atom) mutable { rp.deliver(std::string{"sent"}); },
+                fail);
+      else
+        grp.recv_object<std::vector<std::string>>(0).then(
+          [=](std::vector<std::string>& xs) mutable {
+            rp.deliver(xs.size() == 2 ? xs[1] : std::string{"?"});
+          },
+          fail);
+      return rp;
+    },
+  };
+}
+
+} // namespace
+
+TEST_CASE("members send and receive objects, and an object op on a "
+          "driver-run group is refused naming the op") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  std::vector<caf::actor> ms, driven;
+  for (int r = 0; r < 2; ++r) {
+    ms.push_back(
+      f.member(members_run("pair", r, 2), object_pair, r, std::string{"pair"}));
+    auto d = members_run("dpair", r, 2);
+    d.ops_from = col::op_source::driver;
+    driven.push_back(f.member(d, object_pair, r, std::string{"dpair"}));
+  }
+  REQUIRE(!col::await_group(self, f.driver, "pair", 15s));
+  REQUIRE(!col::await_group(self, f.driver, "dpair", 15s));
+  for (auto& m : ms)
+    self->send(m, sendobj_atom::value);
+  std::vector<std::string> got;
+  int answered = 0;
+  self->receive_for(answered, 2)(
+    [&](std::string& x) { got.push_back(std::move(x)); },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<std::string>{"sent", "yy"});
+  self->send(driven[0], sendobj_atom::value);
+  self->receive(
+    [&](std::string& x) {
+      CHECK(contains(x, "unsupported"));
+      CHECK(contains(x, "send_object"));
+      CHECK(contains(x, "'dpair'"));
+    },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
 }
