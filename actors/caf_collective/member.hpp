@@ -19,6 +19,7 @@
 #include <caf/message_handler.hpp>
 #include <caf/node_id.hpp>
 
+#include "caf_collective/config_options.hpp"
 #include "caf_collective/messages.hpp"
 
 namespace caf_collective {
@@ -109,6 +110,19 @@ struct group_spec {
   /// Whether the driver or the members start the group's ops.
   op_source ops_from = op_source::driver;
 };
+
+/// A group_spec whose backend and timeout are the node's collective.*
+/// settings (config_options.hpp: CAF configuration > environment >
+/// default), for `world_size` members of `name`.
+inline group_spec spec_from(const collective_settings& settings,
+                            std::string name, int32_t world_size) {
+  group_spec spec;
+  spec.name = std::move(name);
+  spec.world_size = world_size;
+  spec.backend = settings.backend;
+  spec.timeout = settings.timeout;
+  return spec;
+}
 
 /// Rank `rank`'s membership in the group `spec` describes.
 inline membership membership_of(const group_spec& spec, int32_t rank) {

@@ -11,6 +11,7 @@
 
 #include <caf/all.hpp>
 
+#include "caf_collective/config_options.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
 #include "caf_collective/member_jobs.hpp"
@@ -75,6 +76,7 @@ void let_go(const std::string& name, member_group& g) {
 struct member_state {
   driver_actor driver;
   object_store_ptr store;
+  caf::expected<collective_settings> settings{collective_settings{}};
   std::map<std::string, member_group> groups;
 
   ~member_state() {
@@ -223,6 +225,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   auto st = std::make_shared<member_state>();
   st->driver = driver;
   st->store = local_store(self->system());
+  // The collective.* settings (config_options.hpp) this node's groups form
+  // with: the address Gloo binds to. A wrong setting fails each formation,
+  // naming it.
+  st->settings = settings_of(self->system());
   auto node = node_name(self->system());
   auto join = [self, st, node](membership m) {
     auto& g = st->groups[m.group];
@@ -343,8 +349,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       cfg.backend = g.m.backend;
       cfg.timeout = milliseconds{timeout_ms};
       cfg.store = make_actor_store(self->system(), store, prefix);
+      if (st->settings) cfg.hostname = st->settings->hostname;
       work formed;
-      auto grp = group::make(std::move(cfg), &formed);
+      auto grp = st->settings ? group::make(std::move(cfg), &formed)
+                              : caf::expected<group_ptr>{st->settings.error()};
       if (!grp) {
         g.state = "failed";
         g.reason = grp.error();

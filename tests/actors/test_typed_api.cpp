@@ -241,3 +241,29 @@ TEST_CASE("the driver releases refs of its own node and, through a member "
   for (auto& a : far)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("the node's collective.* settings give a group_spec its backend and "
+          "timeout, and a wrong hostname fails formation naming it") {
+  caf::actor_system_config cfg;
+  col::add_message_types(cfg);
+  col::add_collective_options(cfg);
+  const char* argv[] = {"test", "--collective.backend=gloo",
+                        "--collective.timeout=3s",
+                        "--collective.hostname=no-such-host.invalid"};
+  REQUIRE(!cfg.parse(4, const_cast<char**>(argv)));
+  caf::actor_system sys{cfg};
+  auto settings = col::settings_of(sys);
+  REQUIRE(settings);
+  auto spec = col::spec_from(*settings, "configured", 2);
+  CHECK(spec.backend == "gloo");
+  CHECK(spec.timeout == 3s);
+  auto driver = col::spawn_driver(sys);
+  auto ms = col::spawn_group(sys, driver, spec, tells_rank);
+  caf::scoped_actor self{sys};
+  auto err = col::await_group(self, driver, "configured", 15s);
+  REQUIRE(err);
+  CHECK(col::render(err).find("no-such-host.invalid") != std::string::npos);
+  for (auto& m : ms)
+    caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+}
