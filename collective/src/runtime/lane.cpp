@@ -41,11 +41,17 @@ bool lane::try_claim() {
 }
 
 void lane::release() {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> guard{state_->mtx};
     state_->claimed = false;
+    // The lane thread sleeps until a task or the stop comes; it needs a
+    // wake-up only if one came while the caller ran its task. Waking it
+    // after every inline op cost a context switch per op (measured: 2
+    // ranks as processes, 8 B allreduce 5.8-9.1 us -> 1.4 us).
+    wake = state_->stopping || !state_->tasks.empty();
   }
-  state_->cv.notify_one();
+  if (wake) state_->cv.notify_one();
 }
 
 void lane::run(std::shared_ptr<queue_state> state) {
