@@ -89,6 +89,24 @@ struct object_test_hooks {
 };
 object_test_hooks& test_hooks();
 
+/// Reads every rank's bytes as a T, in rank order; then every rank learns
+/// whether some rank could not read (agree_on_decoding), naming the first
+/// sender whose bytes this rank could not read.
+template<class T>
+std::vector<T> decode_all(const object_call& call,
+                          const std::vector<std::vector<char>>& parts) {
+  std::vector<T> result(parts.size());
+  caf::error failure;
+  int source = -1;
+  for (size_t r = 0; r < parts.size() && !failure; ++r) {
+    failure = decode_object(parts[r].data(), parts[r].size(), result[r],
+                            call.opts.system);
+    if (failure) source = static_cast<int>(r);
+  }
+  agree_on_decoding(call, failure, source);
+  return result;
+}
+
 } // namespace detail
 
 // -- the object collectives, by group object
@@ -116,16 +134,7 @@ std::vector<T> allgather_object(group& grp, const T& obj,
   detail::object_call call{grp, "allgather_object", opts};
   auto parts =
     detail::allgather_bytes(call, detail::encode_object(obj, opts.system));
-  std::vector<T> result(parts.size());
-  caf::error failure;
-  int source = -1;
-  for (size_t r = 0; r < parts.size() && !failure; ++r) {
-    failure = detail::decode_object(parts[r].data(), parts[r].size(), result[r],
-                                    opts.system);
-    if (failure) source = static_cast<int>(r);
-  }
-  detail::agree_on_decoding(call, failure, source);
-  return result;
+  return detail::decode_all<T>(call, parts);
 }
 
 /// On the root: every rank's `obj` in rank order; elsewhere: empty.
@@ -135,16 +144,7 @@ std::vector<T> gather_object(group& grp, const T& obj, int root,
   detail::object_call call{grp, "gather_object", opts};
   auto parts =
     detail::gather_bytes(call, root, detail::encode_object(obj, opts.system));
-  std::vector<T> result(parts.size());
-  caf::error failure;
-  int source = -1;
-  for (size_t r = 0; r < parts.size() && !failure; ++r) {
-    failure = detail::decode_object(parts[r].data(), parts[r].size(), result[r],
-                                    opts.system);
-    if (failure) source = static_cast<int>(r);
-  }
-  detail::agree_on_decoding(call, failure, source);
-  return result;
+  return detail::decode_all<T>(call, parts);
 }
 
 /// Rank r receives `objs[r]` of the root; `objs` is read only on the root

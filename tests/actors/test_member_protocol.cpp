@@ -22,6 +22,8 @@
 #include <caf_collective/member_ops.hpp>
 #include <caf_collective/read.hpp>
 
+#include "testing_scheduler.hpp"
+
 namespace col = caf_collective;
 using namespace std::chrono_literals;
 
@@ -69,16 +71,9 @@ caf::behavior stand_in_driver(caf::event_based_actor*,
   };
 }
 
-caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
-  col::add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  cfg.set("logger.file-verbosity", caf::atom("quiet"));
-  return cfg;
-}
-
 struct fixture {
   caf::actor_system_config cfg;
-  caf::actor_system sys{prepare(cfg)};
+  caf::actor_system sys{testing_scheduler::prepare(cfg)};
   caf::scheduler::test_coordinator& sched =
     dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   std::shared_ptr<std::vector<std::string>> driver_log =
@@ -93,12 +88,8 @@ struct fixture {
     run();
   }
 
-  size_t run() {
-    size_t steps = 0;
-    while (sched.try_run_once())
-      ++steps;
-    return steps;
-  }
+  // Runs every actor until no message is left; moves no time.
+  size_t run() { return testing_scheduler::run_all(sched); }
 
   // The first message in `who`'s mailbox, rendered ("" when none).
   static std::string peek(const caf::actor& who) {

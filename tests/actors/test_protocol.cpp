@@ -27,6 +27,8 @@
 #include <caf_collective/object_store.hpp>
 #include <caf_collective/tensor.hpp>
 
+#include "testing_scheduler.hpp"
+
 namespace col = caf_collective;
 using namespace std::chrono_literals;
 
@@ -129,19 +131,12 @@ struct outcome {
 
 using outcome_ptr = std::shared_ptr<outcome>;
 
-caf::actor_system_config& prepare(caf::actor_system_config& cfg) {
-  col::add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  cfg.set("logger.file-verbosity", caf::atom("quiet"));
-  return cfg;
-}
-
 constexpr int64_t group_timeout_ms = 1000;
 constexpr auto grace = 200ms;
 
 struct fixture {
   caf::actor_system_config cfg;
-  caf::actor_system sys{prepare(cfg)};
+  caf::actor_system sys{testing_scheduler::prepare(cfg)};
   caf::scheduler::test_coordinator& sched =
     dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   col::driver_actor driver;
@@ -163,12 +158,7 @@ struct fixture {
   }
 
   // Runs every actor until no message is left; moves no time.
-  size_t run() {
-    size_t steps = 0;
-    while (sched.try_run_once())
-      ++steps;
-    return steps;
-  }
+  size_t run() { return testing_scheduler::run_all(sched); }
 
   // Moves the clock by `dt`, delivering what fell due, then runs.
   void advance(caf::timespan dt) {

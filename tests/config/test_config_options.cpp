@@ -18,19 +18,15 @@
 #include <caf_collective/host_memory.hpp>
 #include <caf_collective/log.hpp>
 
+#include "../support/env_table.hpp"
+
 namespace col = caf_collective;
 using namespace std::chrono_literals;
 
 namespace {
 
-using vars = std::map<std::string, std::string>;
-
-col::env_lookup lookup(const vars& table) {
-  return [&table](const char* name) -> const char* {
-    auto i = table.find(name);
-    return i == table.end() ? nullptr : i->second.c_str();
-  };
-}
+using env_table::lookup;
+using env_table::vars;
 
 /// A config with the collective options, parsed from `args` as CAF parses
 /// a program's argv.
