@@ -109,6 +109,8 @@ struct group_spec {
   std::chrono::milliseconds timeout = std::chrono::seconds{30};
   /// Whether the driver or the members start the group's ops.
   op_source ops_from = op_source::driver;
+  /// NCCL: rank r uses CUDA device cuda_devices[r % size]; empty: device 0.
+  std::vector<int32_t> cuda_devices;
 };
 
 /// A group_spec whose backend and timeout are the node's collective.*
@@ -133,6 +135,9 @@ inline membership membership_of(const group_spec& spec, int32_t rank) {
   m.backend = spec.backend;
   m.timeout_ms = spec.timeout.count();
   m.ops_from = spec.ops_from;
+  if (!spec.cuda_devices.empty())
+    m.cuda_device =
+      spec.cuda_devices[static_cast<size_t>(rank) % spec.cuda_devices.size()];
   return m;
 }
 

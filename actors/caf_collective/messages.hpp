@@ -119,12 +119,16 @@ struct membership {
   int64_t start_delay_ms = 0;
   /// Where the group's ops come from; every rank must say the same.
   op_source ops_from = op_source::driver;
+  /// NCCL: the CUDA device this member's group uses (one per rank of a
+  /// group: NCCL runs one rank per device).
+  int32_t cuda_device = 0;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, membership& x) {
   return f(caf::meta::type_name("membership"), x.group, x.rank, x.world_size,
-           x.backend, x.timeout_ms, x.start_delay_ms, x.ops_from);
+           x.backend, x.timeout_ms, x.start_delay_ms, x.ops_from,
+           x.cuda_device);
 }
 
 /// Options of a driver-orchestrated op; fields an op does not use are

@@ -93,6 +93,8 @@ std::string membership_problem(const membership& m) {
   if (!is_valid(m.ops_from))
     return "ops_from " + std::to_string(static_cast<int>(m.ops_from)) +
            " is neither driver nor members";
+  if (m.cuda_device < 0)
+    return "cuda device " + std::to_string(m.cuda_device) + " is negative";
   return timeout_problem(m.timeout_ms, false);
 }
 

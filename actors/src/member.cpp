@@ -350,6 +350,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       cfg.timeout = milliseconds{timeout_ms};
       cfg.store = make_actor_store(self->system(), store, prefix);
       if (st->settings) cfg.hostname = st->settings->hostname;
+      cfg.cuda_device = g.m.cuda_device;
       work formed;
       auto grp = st->settings ? group::make(std::move(cfg), &formed)
                               : caf::expected<group_ptr>{st->settings.error()};

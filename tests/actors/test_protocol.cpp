@@ -1229,6 +1229,27 @@ TEST_CASE("backend: gloo, shm, nccl and auto are accepted by name - an "
   CHECK(f.status("reg").state == "unknown");
 }
 
+TEST_CASE("registration: a negative CUDA device or an ops_from outside its "
+          "enum is refused and leaves no entry behind") {
+  fixture f;
+  auto sc = std::make_shared<script>();
+  auto m = fixture::ms(0, 1, "dev");
+  m.cuda_device = -1;
+  f.member(sc, m);
+  auto sc2 = std::make_shared<script>();
+  auto m2 = fixture::ms(0, 1, "src");
+  m2.ops_from = static_cast<col::op_source>(9);
+  f.member(sc2, m2);
+  f.run();
+  REQUIRE(sc->log.size() == 1);
+  CHECK(contains(sc->log[0], "abort dev: collective.invalid_argument"));
+  CHECK(contains(sc->log[0], "cuda device -1 is negative"));
+  REQUIRE(sc2->log.size() == 1);
+  CHECK(contains(sc2->log[0], "ops_from 9 is neither driver nor members"));
+  CHECK(f.status("dev").state == "unknown");
+  CHECK(f.status("src").state == "unknown");
+}
+
 // The driver keeps one deadline timer per group (not one per op): when it
 // fires for an op that finished, it is armed again for the next running
 // op, and an op with a closer deadline than the armed one gets its own.

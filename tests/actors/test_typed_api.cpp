@@ -267,3 +267,23 @@ TEST_CASE("the node's collective.* settings give a group_spec its backend and "
     caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("a group_spec gives each rank its CUDA device and its settings") {
+  col::group_spec spec;
+  spec.name = "g";
+  spec.world_size = 3;
+  spec.backend = "nccl";
+  spec.timeout = 2s;
+  spec.ops_from = col::op_source::members;
+  CHECK(col::membership_of(spec, 2).cuda_device == 0); // no devices: 0
+  spec.cuda_devices = {4, 5};
+  auto m = col::membership_of(spec, 2);
+  CHECK(m.cuda_device == 4); // rank 2 of 2 devices: wraps around
+  CHECK(col::membership_of(spec, 1).cuda_device == 5);
+  CHECK(m.group == "g");
+  CHECK(m.rank == 2);
+  CHECK(m.world_size == 3);
+  CHECK(m.backend == "nccl");
+  CHECK(m.timeout_ms == 2000);
+  CHECK(m.ops_from == col::op_source::members);
+}
