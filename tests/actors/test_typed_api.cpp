@@ -13,6 +13,7 @@
 #include <caf_collective/error.hpp>
 #include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
+#include <caf_collective/object_refs.hpp>
 #include <caf_collective/read.hpp>
 
 namespace col = caf_collective;
@@ -286,4 +287,63 @@ TEST_CASE("a group_spec gives each rank its CUDA device and its settings") {
   CHECK(m.backend == "nccl");
   CHECK(m.timeout_ms == 2000);
   CHECK(m.ops_from == col::op_source::members);
+}
+
+namespace {
+
+struct shard_plan {
+  std::string owner;
+  std::vector<int32_t> rows;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_plan& x) {
+  return f(caf::meta::type_name("shard_plan"), x.owner, x.rows);
+}
+
+} // namespace
+
+TEST_CASE("objects of different sizes per rank move through the driver as "
+          "refs: allgather_objects, read_objects, and bytes that do not read "
+          "name their rank") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "objs";
+  spec.world_size = 3;
+  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
+  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
+  REQUIRE(!col::await_group(self, f.driver, "objs", 15s));
+  std::vector<col::object_ref> refs;
+  for (int32_t r = 0; r < 3; ++r) {
+    shard_plan p{"rank " + std::to_string(r), std::vector<int32_t>(r * 5, r)};
+    refs.push_back(col::put_object(*f.store, p).value());
+  }
+  CHECK(refs[0].numel() != refs[2].numel()); // sizes differ per rank
+  auto res = col::allgather_objects(self, f.typed, "objs", refs);
+  REQUIRE(res);
+  auto sizes = col::sizes_of(refs);
+  for (int32_t reader = 0; reader < 3; ++reader) {
+    auto all =
+      col::read_objects<shard_plan>(*f.store, res->refs[reader], sizes);
+    REQUIRE(all);
+    for (int32_t r = 0; r < 3; ++r) {
+      CHECK(all->at(r).owner == "rank " + std::to_string(r));
+      CHECK(all->at(r).rows == std::vector<int32_t>(r * 5, r));
+    }
+  }
+  CHECK(col::read_object<shard_plan>(*f.store, refs[1]).value().owner ==
+        "rank 1");
+  // Rank 1's bytes read as another type: the read names rank 1.
+  auto wrong =
+    col::read_objects<std::vector<double>>(*f.store, res->refs[0], sizes);
+  REQUIRE(!wrong);
+  CHECK(col::code_of(wrong.error()) == col::errc::mismatch);
+  CHECK(col::render(wrong.error()).find("rank 0") != std::string::npos);
+  // Sizes that do not add up are refused before reading.
+  auto short_sizes = sizes;
+  short_sizes.back() -= 1;
+  auto bad = col::read_objects<shard_plan>(*f.store, res->refs[0], short_sizes);
+  REQUIRE(!bad);
+  CHECK(col::code_of(bad.error()) == col::errc::invalid_argument);
 }

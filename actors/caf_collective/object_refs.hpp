@@ -1,0 +1,110 @@
+// Objects on the driver path: any type with an inspect overload, stored in
+// a node's object store as its serialized bytes (a uint8 tensor), so the
+// driver can move it like any tensor ref. Sizes may differ per rank.
+//
+//   refs[r] = put_object(*store_of_rank_r, config_r).value();
+//   auto res = allgather_objects(self, driver, "g", refs);   // driver op
+//   auto all = read_objects<config>(*store, res->refs[r], sizes_of(refs));
+//
+// Unlike the object collectives of members and of the imperative API
+// (object_collectives.hpp), reading happens after the op, on each reader's
+// node: bytes that do not read as T fail that read (mismatch naming the
+// rank whose bytes they were), not the op on every rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "caf_collective/client_ops.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/object_codec.hpp"
+#include "caf_collective/object_store.hpp"
+
+namespace caf_collective {
+
+/// Stores `obj`'s bytes in `store` (owned by `owner` if not 0). Fails with
+/// the codec's error (e.g. a type the system does not know) naming T.
+template<class T>
+caf::expected<object_ref> put_object(object_store& store, const T& obj,
+                                     caf::actor_system* sys = nullptr,
+                                     uint64_t owner = 0) {
+  auto encoded = detail::encode_object(obj, sys);
+  if (encoded.failure) return std::move(encoded.failure);
+  std::vector<uint8_t> bytes(encoded.bytes.begin(), encoded.bytes.end());
+  return store.put(tensor::from_vector(bytes), owner);
+}
+
+/// The object a put_object ref (or a received copy of one) holds.
+template<class T>
+caf::expected<T> read_object(const object_store& store, const object_ref& ref,
+                             caf::actor_system* sys = nullptr) {
+  auto view = store.get(ref);
+  if (!view) return std::move(view.error());
+  if (view->type() != dtype::uint8 || !view->dev().is_cpu())
+    return make_error(errc::mismatch, "object " + std::to_string(ref.id) +
+                                        " holds no object bytes (uint8, host)");
+  T result{};
+  if (auto err = detail::decode_object(static_cast<const char*>(view->data()),
+                                       view->nbytes(), result, sys))
+    return err;
+  return result;
+}
+
+/// The byte size of each rank's object, from the refs put_object gave.
+inline std::vector<uint64_t> sizes_of(const std::vector<object_ref>& refs) {
+  std::vector<uint64_t> result;
+  for (auto& ref : refs)
+    result.push_back(ref.numel());
+  return result;
+}
+
+/// Splits the result of allgather_objects, `sizes[r]` bytes per rank, into
+/// the objects. Fails with mismatch naming the first rank whose bytes do
+/// not read as T (or with invalid_argument when the sizes do not add up).
+template<class T>
+caf::expected<std::vector<T>> read_objects(const object_store& store,
+                                           const object_ref& ref,
+                                           const std::vector<uint64_t>& sizes,
+                                           caf::actor_system* sys = nullptr) {
+  auto view = store.get(ref);
+  if (!view) return std::move(view.error());
+  uint64_t total = 0;
+  for (auto n : sizes)
+    total += n;
+  if (view->type() != dtype::uint8 || !view->dev().is_cpu() ||
+      view->nbytes() != total)
+    return make_error(errc::invalid_argument,
+                      "object " + std::to_string(ref.id) + " holds " +
+                        std::to_string(view->nbytes()) +
+                        " bytes, the sizes add up to " + std::to_string(total));
+  std::vector<T> result(sizes.size());
+  auto* at = static_cast<const char*>(view->data());
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    if (auto err = detail::decode_object(at, sizes[r], result[r], sys))
+      return make_error(errc::mismatch, "the object of rank " +
+                                          std::to_string(r) +
+                                          " does not read: " + render(err));
+    at += sizes[r];
+  }
+  return result;
+}
+
+/// Driver op: every rank's object (refs[r], from put_object) reaches every
+/// rank, back to back in rank order (an allgatherv of the bytes); read
+/// each result with read_objects(store, result.refs[r], sizes_of(refs)).
+template<class Client>
+auto allgather_objects(Client&& self, const driver_api& driver,
+                       std::string group, std::vector<object_ref> refs,
+                       const op_options& opts = {}) {
+  allgatherv_options o;
+  o.timeout = opts.timeout;
+  auto sizes = sizes_of(refs);
+  o.counts.assign(sizes.begin(), sizes.end());
+  return allgatherv(self, driver, std::move(group), std::move(refs), o);
+}
+
+} // namespace caf_collective
