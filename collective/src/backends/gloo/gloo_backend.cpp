@@ -8,6 +8,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <netdb.h>
+
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -195,6 +197,23 @@ std::string resolve_hostname(const group_config& cfg) {
   return "127.0.0.1";
 }
 
+// What is wrong with `host` as the address of this rank's Gloo device, or
+// nothing. Checked before Gloo sees it: Gloo's own lookup only treats -1 as
+// a getaddrinfo failure and goes on with an unset result for the others
+// (e.g. EAI_NONAME), which crashed a process under TSan.
+std::string host_problem(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0)
+    return "cannot resolve this rank's hostname '" + host +
+           "': " + ::gai_strerror(rc);
+  ::freeaddrinfo(found);
+  return {};
+}
+
 // Size of the warm-up message per connection: large enough that Gloo's
 // first send on each connection grows the socket buffers past the sizes
 // at which we saw 88 ms delayed-ACK stalls (16-256 KiB).
@@ -229,6 +248,9 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   formation_watchdog watchdog{cfg.rank, cfg.world_size,
                               std::chrono::steady_clock::now() + cfg.timeout,
                               [&adapter] { return adapter.own_addresses(); }};
+  if (auto problem = host_problem(resolve_hostname(cfg)); !problem.empty())
+    return make_error(errc::backend_error, where,
+                      "forming the group failed: " + problem);
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = resolve_hostname(cfg);
