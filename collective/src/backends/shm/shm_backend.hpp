@@ -188,6 +188,12 @@ class shm_backend : public backend {
   caf::error pull(const op_state& st, int peer, uint64_t from, std::byte* to,
                   size_t bytes);
 
+  /// Copies `bytes` of rank `peer`'s data at `from` to `to`: a plain copy
+  /// when this process can read it (one process, or the peer's staged
+  /// area), else through `pull`.
+  caf::error copy_from(const op_state& st, int peer, const std::byte* from,
+                       std::byte* to, size_t bytes);
+
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
 

@@ -195,10 +195,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
       if (lo >= hi) continue;
       auto* to = out + n.dst_offset + (lo - n.src_offset);
       const auto* from = source(st, n.peer, start) + (lo - start);
-      if (st.how != path::single_copy) {
-        std::memcpy(to, from, hi - lo);
-      } else if (auto err = pull(st, n.peer, reinterpret_cast<uint64_t>(from),
-                                 to, hi - lo)) {
+      if (auto err = copy_from(st, n.peer, from, to, hi - lo)) {
         stop_reading(st);
         return err;
       }
@@ -443,10 +440,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                : reinterpret_cast<const std::byte*>(
                    seg_.control(r).notice[st.parity()].out_addr) +
                    start + rlo * es;
-      if (st.how != path::single_copy) {
-        std::memcpy(to, from, bytes);
-      } else if (auto err =
-                   pull(st, r, reinterpret_cast<uint64_t>(from), to, bytes)) {
+      if (auto err = copy_from(st, r, from, to, bytes)) {
         stop_reading(st);
         return err;
       }

@@ -91,6 +91,16 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
   return {};
 }
 
+caf::error shm_backend::copy_from(const op_state& st, int peer,
+                                  const std::byte* from, std::byte* to,
+                                  size_t bytes) {
+  if (st.how != path::single_copy) {
+    std::memcpy(to, from, bytes);
+    return {};
+  }
+  return pull(st, peer, reinterpret_cast<uint64_t>(from), to, bytes);
+}
+
 caf::error shm_backend::pull(const op_state& st, int peer, uint64_t from,
                              std::byte* to, size_t bytes) {
   if (pids_[size_t(peer)] == pids_[size_t(rank_)]) {
