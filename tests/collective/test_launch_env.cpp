@@ -17,6 +17,7 @@
 #include <caf_collective/launch.hpp>
 
 #include "process_support.hpp"
+#include "unused_port.hpp"
 
 #include "../support/env_table.hpp"
 
@@ -241,18 +242,6 @@ pid_t spawn_rank(const vars& set) {
   REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) ==
           0);
   return pid;
-}
-
-uint16_t unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 void run_ranks(int world, const std::function<vars(int)>& env_of) {

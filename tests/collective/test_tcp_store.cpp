@@ -16,6 +16,7 @@
 #include <caf_collective/all.hpp>
 
 #include "process_support.hpp"
+#include "unused_port.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -80,19 +81,6 @@ struct server_process {
 
 int run_helper(std::vector<std::string> args) {
   return test::wait_process(test::spawn_process(helper, std::move(args)), 60s);
-}
-
-/// A TCP port nobody listens on right now.
-uint16_t unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 col::rendezvous_store_ptr client_of(uint16_t port, std::string run,
