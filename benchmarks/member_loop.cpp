@@ -1,9 +1,12 @@
-// caf_collective_member_loop: the member-initiated path against the
-// imperative API, in one run. N members each start `iters` allreduces back
-// to back from their own handlers (each .then starts the next); N threads
-// each call allreduce `iters` times on the same backend. Prints the median
-// and 90th percentile time per op of both and their difference (issue 11's
-// goal: within 10 us at 8 B).
+// caf_collective_member_loop: the actor paths against the imperative API,
+// in one run. N threads each call allreduce `iters` times on the backend
+// (imperative); N members each start `iters` allreduces back to back from
+// their own handlers, each .then starting the next (member); a client
+// actor asks the driver for `iters` allreduces of N members, one after the
+// other (driver: the round trip client -> driver -> members -> driver ->
+// client, all inside the actor system). Prints the median and 90th
+// percentile time per op of each and their difference to the imperative
+// API (issue 11's goals at 8 B: member within 10 us, driver within 50 us).
 //
 //   caf_collective_member_loop [--ranks 4] [--iters 2000] [--bytes 8]
 //                              [--backend shm|gloo]
@@ -21,10 +24,12 @@
 
 #include "caf_collective/api.hpp"
 #include "caf_collective/client.hpp"
+#include "caf_collective/client_ops.hpp"
 #include "caf_collective/driver.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/member.hpp"
 #include "caf_collective/member_ops.hpp"
+#include "caf_collective/object_store.hpp"
 
 namespace col = caf_collective;
 using clock_type = std::chrono::steady_clock;
@@ -143,6 +148,84 @@ samples member_path(const settings& s, int elements) {
   return all;
 }
 
+// A client actor that, on (go, iters), asks the driver for `iters`
+// allreduces of `refs`, one after the other, and answers their durations.
+caf::behavior driving(caf::event_based_actor* self, col::driver_api driver,
+                      std::vector<col::object_ref> refs) {
+  return {
+    [=](go_atom, int32_t iters) -> caf::result<samples> {
+      auto rp = self->make_response_promise<samples>();
+      auto times = std::make_shared<samples>();
+      auto next = std::make_shared<std::function<void()>>();
+      *next = [=]() mutable {
+        if (static_cast<int32_t>(times->size()) == iters) {
+          rp.deliver(std::move(*times));
+          *next = nullptr;
+          return;
+        }
+        auto start = clock_type::now();
+        col::allreduce(self, driver, "loop", refs)
+          .then(
+            [=](col::op_result&) mutable {
+              std::chrono::duration<double, std::micro> dt =
+                clock_type::now() - start;
+              times->push_back(dt.count());
+              (*next)();
+            },
+            [=](caf::error& err) mutable {
+              rp.deliver(std::move(err));
+              *next = nullptr;
+            });
+      };
+      (*next)();
+      return rp;
+    },
+  };
+}
+
+samples driver_path(const settings& s, int elements) {
+  caf::actor_system_config cfg;
+  col::add_message_types(cfg);
+  cfg.set("scheduler.policy", s.scheduler == "sharing" ? caf::atom("sharing")
+                                                       : caf::atom("stealing"));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto driver = col::spawn_driver(sys);
+  col::group_spec spec;
+  spec.name = "loop";
+  spec.world_size = s.ranks;
+  spec.backend = s.backend;
+  auto members =
+    col::spawn_group(sys, driver, spec, [](caf::event_based_actor*, int32_t) {
+      return caf::behavior{};
+    });
+  if (auto err =
+        col::await_group(self, driver, "loop", std::chrono::seconds{30}))
+    throw std::runtime_error(col::render(err));
+  auto store = col::local_store(sys);
+  std::vector<col::object_ref> refs;
+  for (int r = 0; r < s.ranks; ++r)
+    refs.push_back(
+      store->put(col::tensor::from_vector(std::vector<float>(elements, 1.0f)))
+        .value());
+  auto client = sys.spawn(driving, col::typed_driver(driver), refs);
+  samples all;
+  self->request(client, caf::infinite, go_atom::value, int32_t{s.iters})
+    .receive(
+      [&](samples& xs) {
+        // Warm-up: the first tenth of the ops is dropped.
+        all.assign(xs.begin() + xs.size() / 10, xs.end());
+      },
+      [&](caf::error& err) { throw std::runtime_error(col::render(err)); });
+  for (auto& ref : refs)
+    store->release(ref);
+  self->send_exit(client, caf::exit_reason::user_shutdown);
+  for (auto& m : members)
+    self->send_exit(m, caf::exit_reason::user_shutdown);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return all;
+}
+
 samples imperative_path(const settings& s, int elements) {
   std::vector<samples> per_rank(static_cast<size_t>(s.ranks));
   std::vector<std::thread> threads;
@@ -185,14 +268,19 @@ int main(int argc, char** argv) {
   try {
     auto imperative = imperative_path(s, elements);
     auto member = member_path(s, elements);
+    auto driver = driver_path(s, elements);
     auto im50 = percentile(imperative, 0.5);
     auto me50 = percentile(member, 0.5);
+    auto dr50 = percentile(driver, 0.5);
     std::printf("%-12s %10s %10s\n", "path", "median_us", "p90_us");
     std::printf("%-12s %10.2f %10.2f\n", "imperative", im50,
                 percentile(imperative, 0.9));
     std::printf("%-12s %10.2f %10.2f\n", "member", me50,
                 percentile(member, 0.9));
+    std::printf("%-12s %10.2f %10.2f\n", "driver", dr50,
+                percentile(driver, 0.9));
     std::printf("member - imperative (median): %.2f us\n", me50 - im50);
+    std::printf("driver - imperative (median): %.2f us\n", dr50 - im50);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "member_loop: %s\n", ex.what());
     return 1;

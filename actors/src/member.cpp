@@ -33,6 +33,28 @@ using job_done_atom = caf::atom_constant<caf::atom("col_jdone")>;
 
 using detail::op_plan;
 
+// The CAF scheduler thread a member handler runs on, while it submits ops:
+// a completion that runs there (the op finished at once, for this member
+// or a peer) queues its message on that thread instead of waking another
+// one. Elsewhere (lanes, the shm watchdog): none, as for anon_send.
+class worker_scope {
+ public:
+  explicit worker_scope(caf::execution_unit* unit) : previous_(current_) {
+    current_ = unit;
+  }
+  ~worker_scope() { current_ = previous_; }
+  worker_scope(const worker_scope&) = delete;
+  worker_scope& operator=(const worker_scope&) = delete;
+
+  static caf::execution_unit* current() noexcept { return current_; }
+
+ private:
+  static thread_local caf::execution_unit* current_;
+  caf::execution_unit* previous_;
+};
+
+thread_local caf::execution_unit* worker_scope::current_ = nullptr;
+
 // One op between start and completion, by the driver or by the member. The
 // pins keep the input and output memory alive even if a client releases
 // the refs meanwhile.
@@ -317,10 +339,16 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.in ? op.in->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
     tensor_view out =
       op.out ? op.out->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
+    // Small ops of groups in one process may finish right here, on this
+    // scheduler thread (backend::start_*): their completions, for this
+    // member and its peers, are then queued on this thread too.
+    worker_scope on_this_worker{self->context()};
     auto w = detail::submit_plan(*g.grp, op.plan, seq, in, out);
     w.on_complete([addr, name, gen, seq](const caf::error& err) {
       if (auto hdl = caf::actor_cast<caf::actor>(addr))
-        caf::anon_send(hdl, done_atom::value, name, gen, seq, err);
+        hdl->enqueue(nullptr, caf::make_message_id(),
+                     caf::make_message(done_atom::value, name, gen, seq, err),
+                     worker_scope::current());
     });
   };
   // Runs the op now, or after the member's fault-injection delay.

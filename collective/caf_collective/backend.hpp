@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,6 +26,10 @@ struct op_call {
   uint64_t seq = 0;
   milliseconds timeout{0};
 };
+
+/// How a backend reports the end of an op it started without blocking
+/// (the start_* members): called exactly once, on any thread.
+using op_completion = std::function<void(caf::error)>;
 
 /// One member's end of one group on one transport.
 ///
@@ -95,6 +100,26 @@ class backend {
                                const tensor_view& out,
                                const alltoallv_options& opts);
   virtual caf::error barrier(const op_call& call, const barrier_options& opts);
+
+  /// Non-blocking starts, for callers that must not wait for their peers
+  /// (actor members on CAF's scheduler threads). A backend that can take
+  /// this rank's part of the op without waiting (shm, every rank in one
+  /// process, small ops: the last rank to arrive finishes it for all)
+  /// takes `done` (moving from it), returns true and calls it once the op
+  /// is over on this rank; `in` and `out` stay valid until then. False (the
+  /// default): `done` is untouched and the group runs the blocking form on
+  /// its lane. Called like the blocking forms: from whichever thread owns
+  /// the lane at the time, in sequence order, after validation.
+  virtual bool start_allreduce(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const allreduce_options& opts,
+                               op_completion& done);
+  virtual bool start_broadcast(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const broadcast_options& opts,
+                               op_completion& done);
+  virtual bool start_barrier(const op_call& call, const barrier_options& opts,
+                             op_completion& done);
 
   /// Unblocks and fails whatever this backend is doing and makes every
   /// later call fail with errc::aborted. Safe from any thread.

@@ -170,6 +170,25 @@ class group : public std::enable_shared_from_this<group> {
   template<class Fn>
   work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
 
+  /// Starts an op on the calling thread, which holds `target`'s claim,
+  /// when the backend can take it without blocking (backend::start_*);
+  /// false: nothing happened, the caller queues the blocking form.
+  template<class Body>
+  bool start_without_blocking(const std::shared_ptr<detail::work_state>& state,
+                              op_kind op, bool p2p, Body& body,
+                              detail::lane& target);
+
+  /// Why the backend must not run the op (broken group, unsupported
+  /// tensors), or none.
+  caf::error refusal(op_kind op, int64_t seq, const device& dev,
+                     dtype type) const;
+
+  op_call call_of(uint64_t seq, milliseconds timeout) const noexcept;
+
+  /// Logs a timeout and breaks the group on errors that leave the data
+  /// plane in an unknown state.
+  void after_failure(const caf::error& err);
+
   void break_with(const caf::error& err);
 
   void log_recent_ops(const caf::error& err) const;
@@ -183,7 +202,7 @@ class group : public std::enable_shared_from_this<group> {
   // has posted the matching receive, so on one lane a ring of
   // send_async + recv would deadlock.
   std::unique_ptr<detail::lane> send_lane_;
-  backend_ptr backend_;            // created and used on the lane only
+  backend_ptr backend_; // created on the lane, used by whoever holds the lane
   mutable std::mutex backend_mtx_; // guards backend_ (abort() from outside)
   std::string backend_in_use_;     // guarded by backend_mtx_
   work formed_; // completes when the backend exists (or formation failed)

@@ -80,4 +80,21 @@ caf::error backend::barrier(const op_call&, const barrier_options&) {
   return not_supported(op_kind::barrier);
 }
 
+bool backend::start_allreduce(const op_call&, const tensor_view&,
+                              const tensor_view&, const allreduce_options&,
+                              op_completion&) {
+  return false;
+}
+
+bool backend::start_broadcast(const op_call&, const tensor_view&,
+                              const tensor_view&, const broadcast_options&,
+                              op_completion&) {
+  return false;
+}
+
+bool backend::start_barrier(const op_call&, const barrier_options&,
+                            op_completion&) {
+  return false;
+}
+
 } // namespace caf_collective

@@ -1,12 +1,14 @@
 #include "caf_collective/group.hpp"
 
+#include <type_traits>
+
 #include <caf/expected.hpp>
 
 #include "runtime/backend_factory.hpp"
 #include "runtime/lane.hpp"
-#include "vocabulary/log.hpp"
 #include "runtime/validate.hpp"
 #include "runtime/work_state.hpp"
+#include "vocabulary/log.hpp"
 
 namespace caf_collective {
 
@@ -204,8 +206,28 @@ work group::submit(op_kind op, caf::error validation, Fn body,
                               std::to_string(max_timeout.count()) + "] ms");
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
-  detail::lane::task task;
+  bool p2p = op == op_kind::send || op == op_kind::recv;
+  // The op as a lane task: runs the blocking form of the op.
+  auto make_task = [this, &state, op, p2p](Fn&& fn) -> detail::lane::task {
+    return [self = shared_from_this(), state, op, p2p,
+            body = std::move(fn)]() mutable {
+      auto seq = static_cast<int64_t>(state->seq());
+      caf::error err;
+      // The send lane may run before formation finished on the main lane.
+      self->formed_.wait();
+      self->history_.started(state->seq(), p2p);
+      if (auto refused = self->refusal(op, seq, body.dev, body.type)) {
+        err = std::move(refused);
+      } else {
+        err = body(*self->backend_, self->call_of(state->seq(), body.timeout));
+        self->after_failure(err);
+      }
+      self->history_.finished(state->seq(), p2p, err);
+      state->complete(std::move(err));
+    };
+  };
   bool run_here = false;
+  bool start_here = false;
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
@@ -214,74 +236,117 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         0, make_error(errc::aborted, context(op, -1),
                       "the group was destroyed; this handle runs nothing "
                       "more (initialize the group again)"));
-    bool p2p = op == op_kind::send || op == op_kind::recv;
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
     track_pending(state, op, p2p);
     history_.queued(state->seq(), p2p, op, body.bytes);
-    task = [self = shared_from_this(), state, op, p2p,
-            body = std::move(body)]() mutable {
-      auto seq = static_cast<int64_t>(state->seq());
-      caf::error err;
-      // The send lane may run before formation finished on the main lane.
-      self->formed_.wait();
-      self->history_.started(state->seq(), p2p);
-      if (self->broken()) {
-        err = make_error(errc::aborted, self->context(op, seq),
-                         "group is broken by an earlier failure: " +
-                           render(self->broken_reason()));
-      } else if (op != op_kind::barrier &&
-                 !self->backend_->supports(op, body.dev.kind, body.type)) {
-        err = make_error(errc::unsupported, self->context(op, seq),
-                         "backend " + std::string{self->backend_->name()} +
-                           " cannot run " + std::string{to_string(op)} +
-                           " on " + std::string{to_string(body.type)} +
-                           " tensors on " + to_string(body.dev));
-      } else {
-        op_call call{state->seq(), self->cfg_.timeout};
-        if (body.timeout.count() > 0) call.timeout = body.timeout;
-        err = body(*self->backend_, call);
-        if (err && code_of(err) == errc::timeout) self->log_recent_ops(err);
-        if (err && breaks_group(err)) self->break_with(err);
-      }
-      self->history_.finished(state->seq(), p2p, err);
-      state->complete(std::move(err));
-    };
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
-    run_here = detail::run_inline_scope::active() && target.try_claim();
-    if (!run_here) target.post(std::move(task));
+    // Any other caller may still start an op that needs no waiting on its
+    // own thread (op_body::start), holding the lane until the op is over.
+    if (detail::run_inline_scope::active())
+      run_here = target.try_claim();
+    else if constexpr (Fn::startable)
+      start_here = target.try_claim();
+    if (!run_here && !start_here) target.post(make_task(std::move(body)));
   }
   if (run_here) {
+    auto task = make_task(std::move(body));
     task();
     task = nullptr;
     target.release();
+  } else if (start_here) {
+    if (!start_without_blocking(state, op, p2p, body, target)) {
+      // Posted before letting go of the lane: it stays in order.
+      target.post(make_task(std::move(body)));
+      target.release();
+    }
   }
   return work{state};
+}
+
+caf::error group::refusal(op_kind op, int64_t seq, const device& dev,
+                          dtype type) const {
+  if (broken())
+    return make_error(errc::aborted, context(op, seq),
+                      "group is broken by an earlier failure: " +
+                        render(broken_reason()));
+  if (op != op_kind::barrier && !backend_->supports(op, dev.kind, type))
+    return make_error(errc::unsupported, context(op, seq),
+                      "backend " + std::string{backend_->name()} +
+                        " cannot run " + std::string{to_string(op)} + " on " +
+                        std::string{to_string(type)} + " tensors on " +
+                        to_string(dev));
+  return {};
+}
+
+op_call group::call_of(uint64_t seq, milliseconds timeout) const noexcept {
+  op_call call{seq, cfg_.timeout};
+  if (timeout.count() > 0) call.timeout = timeout;
+  return call;
+}
+
+void group::after_failure(const caf::error& err) {
+  if (err && code_of(err) == errc::timeout) log_recent_ops(err);
+  if (err && breaks_group(err)) break_with(err);
+}
+
+template<class Body>
+bool group::start_without_blocking(
+  const std::shared_ptr<detail::work_state>& state, op_kind op, bool p2p,
+  Body& body, detail::lane& target) {
+  // Whatever needs an error goes the usual way: the lane task reports it.
+  auto seq = state->seq();
+  if (!formed_.ready() ||
+      refusal(op, static_cast<int64_t>(seq), body.dev, body.type))
+    return false;
+  history_.started(seq, p2p);
+  // Lets go of the lane before telling the owner: its next op, submitted
+  // from the completion callback, then starts on its own thread too.
+  op_completion done = [self = shared_from_this(), state, p2p,
+                        lane = &target](caf::error err) {
+    self->after_failure(err);
+    self->history_.finished(state->seq(), p2p, err);
+    lane->release();
+    state->complete(std::move(err));
+  };
+  return body.start(*backend_, call_of(seq, body.timeout), done);
 }
 
 namespace {
 
 // What submit needs besides the call itself: the device and dtype for the
-// capability query and the per-op timeout.
-template<class Fn>
+// capability query and the per-op timeout; `Start`, for ops a backend may
+// start without blocking (backend::start_*), else no_start.
+struct no_start {};
+
+template<class Fn, class Start = no_start>
 struct op_body {
+  static constexpr bool startable = !std::is_same_v<Start, no_start>;
   caf_collective::device dev;
   dtype type;
   size_t bytes; // for the op history
   milliseconds timeout;
   Fn fn;
+  Start starter;
 
   caf::error operator()(backend& be, const op_call& call) {
     return fn(be, call);
   }
+
+  bool start(backend& be, const op_call& call, op_completion& done) {
+    if constexpr (startable)
+      return starter(be, call, done);
+    else
+      return false;
+  }
 };
 
-template<class Fn>
-op_body<Fn> make_body(const tensor_view& sample, const op_options& opts,
-                      Fn fn) {
-  return {sample.dev(), sample.type(), sample.nbytes(), opts.timeout,
-          std::move(fn)};
+template<class Fn, class Start = no_start>
+op_body<Fn, Start> make_body(const tensor_view& sample, const op_options& opts,
+                             Fn fn, Start start = {}) {
+  return {sample.dev(), sample.type(), sample.nbytes(),
+          opts.timeout, std::move(fn), std::move(start)};
 }
 
 } // namespace
@@ -314,12 +379,17 @@ work group::recv(const tensor_view& out, recv_options opts) {
 work group::broadcast(const tensor_view& in, const tensor_view& out,
                       broadcast_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::broadcast);
-  return submit(op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
-                make_body(out, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.broadcast(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
+    make_body(
+      out, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.broadcast(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_broadcast(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::reduce(const tensor_view& in, const tensor_view& out,
@@ -336,12 +406,17 @@ work group::reduce(const tensor_view& in, const tensor_view& out,
 work group::allreduce(const tensor_view& in, const tensor_view& out,
                       allreduce_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::allreduce);
-  return submit(op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.allreduce(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.allreduce(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_allreduce(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::allgather(const tensor_view& in, const tensor_view& out,
@@ -427,12 +502,15 @@ work group::barrier(barrier_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::barrier);
   // A barrier moves no tensor: ask the capability query about host memory.
   tensor_view none{nullptr, dtype::uint8, size_t{0}};
-  return submit(op_kind::barrier, detail::check_timeout(at, opts),
-                make_body(none, opts,
-                          [opts](backend& be, const op_call& c) {
-                            return be.barrier(c, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::barrier, detail::check_timeout(at, opts),
+    make_body(
+      none, opts,
+      [opts](backend& be, const op_call& c) { return be.barrier(c, opts); },
+      [opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_barrier(c, opts, done);
+      }),
+    *lane_);
 }
 
 #undef CAF_COLLECTIVE_SITE

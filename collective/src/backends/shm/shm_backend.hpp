@@ -21,6 +21,11 @@
 // its slot of the segment before the op's first sync step and reads the
 // others' slots after it: one step per op, whatever the mode.
 //
+// Ops started without blocking (start_allreduce, start_broadcast,
+// start_barrier; every rank in one process, small ops): the rank publishes
+// as for a small op and returns; whoever completes the step finishes it
+// (shm_arrivals.hpp). Ranks that wait and ranks that do not mix freely.
+//
 // Set CAF_COLLECTIVE_SHM_SINGLE_COPY=off (in any rank's environment before
 // formation) to make the group use staged mode across processes: the tests
 // compare both paths with it.
@@ -40,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/shm_arrivals.hpp"
 #include "backends/shm/shm_segment.hpp"
 #include "backends/shm/shm_tsan.hpp"
 #include "caf_collective/backend.hpp"
@@ -71,7 +77,8 @@ struct need {
 
 class shm_backend : public backend {
  public:
-  shm_backend(const group_config& cfg, segment seg);
+  /// `segment_name`: the name every rank attached by.
+  shm_backend(const group_config& cfg, segment seg, std::string segment_name);
 
   ~shm_backend() override;
 
@@ -120,6 +127,15 @@ class shm_backend : public backend {
                        const alltoallv_options& opts) override;
   caf::error barrier(const op_call& call, const barrier_options& opts) override;
 
+  bool start_allreduce(const op_call& call, const tensor_view& in,
+                       const tensor_view& out, const allreduce_options& opts,
+                       op_completion& done) override;
+  bool start_broadcast(const op_call& call, const tensor_view& in,
+                       const tensor_view& out, const broadcast_options& opts,
+                       op_completion& done) override;
+  bool start_barrier(const op_call& call, const barrier_options& opts,
+                     op_completion& done) override;
+
   void abort(std::string_view why) override;
 
   /// Whether every rank lives in this process (direct mode).
@@ -156,6 +172,26 @@ class shm_backend : public backend {
   caf::error begin(op_state& st, op_notice notice,
                    std::span<const uint64_t> counts = {},
                    std::span<const std::byte> payload = {});
+
+  /// Why the ranks' notices of `parity` disagree ("ranks [0] called ...;
+  /// ranks [1] called ..."), or empty.
+  std::string disagreement(int parity) const;
+
+  // -- ops started without blocking (shm_starts.cpp) -------------------------
+
+  /// Whether an op of `bytes` per rank can start without blocking.
+  bool can_start(size_t bytes) const noexcept;
+
+  /// Publishes this rank's op (`notice`, `payload` into its small slot)
+  /// for a finisher, steps, and finishes the op for every rank that did
+  /// not wait if this arrival completed the step. Takes `done`.
+  bool arrive(const op_call& call, op_notice notice,
+              std::span<const std::byte> payload, op_completion& done);
+
+  /// Once the step to `target` passed: if some ranks did not wait for it,
+  /// the first caller per epoch (on any rank) finishes their ops, with the
+  /// agreement failure `mismatch` if not empty.
+  void serve_arrivals(uint64_t target, const std::string& mismatch);
 
   /// The path of an op whose largest contribution of any rank is `longest`
   /// bytes (the same on every rank once they agreed).
@@ -273,6 +309,10 @@ class shm_backend : public backend {
   std::vector<std::byte> inplace_;
   std::vector<const std::byte*> sources_; // one per rank, for reduce_range
   std::vector<need> needs_;               // what a copy op reads, per call
+  std::string segment_name_;              // the hub's key
+  // Direct mode: ops started without blocking, shared with the peers.
+  std::shared_ptr<arrival_hub> hub_;
+  std::vector<std::byte> served_; // a finisher's result, one small slot
 };
 
 /// Forms an shm group: rank 0 creates the segment and publishes its name in

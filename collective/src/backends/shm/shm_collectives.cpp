@@ -387,6 +387,42 @@ caf::error shm_backend::barrier(const op_call& call, const barrier_options&) {
                                key_of(op_kind::barrier, dtype::uint8, 0)));
 }
 
+bool shm_backend::start_barrier(const op_call& call, const barrier_options&,
+                                op_completion& done) {
+  if (!can_start(0)) return false;
+  return arrive(call,
+                make_notice(op_kind::barrier, {}, {}, 0, -1, reduce_op::sum,
+                            key_of(op_kind::barrier, dtype::uint8, 0)),
+                {}, done);
+}
+
+bool shm_backend::start_allreduce(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const allreduce_options& opts,
+                                  op_completion& done) {
+  auto n = in.numel();
+  if (!can_start(in.nbytes())) return false;
+  return arrive(
+    call,
+    make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
+                key_of(op_kind::allreduce, in.type(), n, -1, opts.op)),
+    payload_of(in), done);
+}
+
+bool shm_backend::start_broadcast(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const broadcast_options& opts,
+                                  op_completion& done) {
+  if (!can_start(out.nbytes())) return false;
+  bool root = rank_ == opts.root;
+  return arrive(
+    call,
+    make_notice(op_kind::broadcast, root ? in : out, out, out.numel(),
+                opts.root, reduce_op::sum,
+                key_of(op_kind::broadcast, out.type(), out.numel(), opts.root)),
+    root ? payload_of(in) : std::span<const std::byte>{}, done);
+}
+
 caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const allreduce_options& opts) {

@@ -62,6 +62,9 @@ struct op_notice {
   uint8_t op;
   uint8_t type;
   uint8_t reduce;
+  /// 1: the rank started the op without waiting (backend::start_*, one
+  /// process): whoever completes the step finishes it (shm_arrivals.hpp).
+  uint8_t no_waiter;
 };
 
 struct alignas(cache_line) rank_control {

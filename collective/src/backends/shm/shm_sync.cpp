@@ -203,6 +203,7 @@ caf::error shm_backend::step(op_state& st) {
   mine.cpu.store(cpu, std::memory_order_relaxed);
   announce();
   mine.epoch.store(target, std::memory_order_release);
+  if (hub_) hub_->arrived(rank_).store(target, std::memory_order_release);
   ring();
   bool beside = false; // a rank still missing last ran on this CPU
   auto ready = [this, target, cpu, &beside] {
@@ -251,6 +252,13 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
   if (auto err = step(st)) return err;
   // Every rank published before stepping; nobody overwrites this parity
   // before every rank passed this op's last step.
+  auto mismatch = disagreement(parity);
+  if (hub_) serve_arrivals(st.first_epoch, mismatch);
+  if (mismatch.empty()) return {};
+  return make_error(errc::mismatch, context(st.op, st.call), mismatch);
+}
+
+std::string shm_backend::disagreement(int parity) const {
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
     keys[seg_.control(r).notice[parity].key].push_back(r);
@@ -260,7 +268,7 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
     detail += " ranks " + list_ranks(ranks) + " called " +
               describe(seg_.control(ranks[0]).notice[parity]) + ";";
   detail.pop_back();
-  return make_error(errc::mismatch, context(st.op, st.call), detail);
+  return detail;
 }
 
 shm_backend::path shm_backend::path_for(size_t longest) const noexcept {
@@ -308,6 +316,17 @@ void shm_backend::abort(std::string_view why) {
     h.aborted_by.store(rank_, std::memory_order_seq_cst);
   }
   ring();
+  if (hub_) {
+    // Ops started without blocking have nobody waiting to see the mark:
+    // end them now, on every rank. Then make sure no finisher still writes
+    // into this rank's output.
+    auto code = failed_code_.load();
+    hub_->fail_all(errc::aborted, rank_, "backend aborted: " + abort_reason_,
+                   code == errc::timeout ? errc::timeout : errc::peer_lost,
+                   "rank " + std::to_string(rank_) + " left the group (" +
+                     std::string{to_string(code)} + ")");
+    hub_->wait_unclaimed(rank_);
+  }
   // Direct and single copy: a peer may be copying out of our buffers right
   // now. Our caller frees them once we return, so wait until no peer reads
   // (a copy takes far less than this bound even for gigabytes; a dead
@@ -351,6 +370,7 @@ caf::error shm_backend::finish_formation(clock::time_point deadline) {
   }
   direct_ = std::all_of(pids_.begin(), pids_.end(),
                         [&](int32_t pid) { return pid == pids_[0]; });
+  if (direct_) hub_ = arrival_hub::of(segment_name_, group_name_, world_size_);
   if (!direct_)
     if (auto err = agree_on_single_copy(deadline)) {
       seg_.unlink();

@@ -1,0 +1,173 @@
+// Ops started without blocking (shm_arrivals.hpp): the records, their
+// claims, and the watchdog thread that ends them at their deadline.
+#include "backends/shm/shm_arrivals.hpp"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace caf_collective::detail::shm {
+
+namespace {
+
+// How often the watchdog looks at the records while any hub exists: a
+// timeout is reported at most this late. Waking 50 times a second costs
+// nothing measurable; waking it at every op would cost a thread switch.
+constexpr auto watch_period = std::chrono::milliseconds{20};
+
+// Every hub of this process, by segment name, and the thread that ends
+// their ops at the deadline. Never destroyed: the detached thread may
+// outlive static destruction at exit.
+class watchdog {
+ public:
+  static watchdog& instance() {
+    static auto* result = new watchdog;
+    return *result;
+  }
+
+  std::shared_ptr<arrival_hub>
+  hub_of(const std::string& name, const std::string& group, int world_size) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto i = hubs_.begin(); i != hubs_.end();)
+      i = i->second.expired() ? hubs_.erase(i) : std::next(i);
+    if (auto known = hubs_[name].lock()) return known;
+    auto created = std::make_shared<arrival_hub>(group, world_size);
+    hubs_[name] = created;
+    if (!started_) {
+      started_ = true;
+      std::thread{[this] { run(); }}.detach();
+    }
+    cv_.notify_one();
+    return created;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    for (;;) {
+      if (hubs_.empty())
+        cv_.wait(guard);
+      else
+        cv_.wait_for(guard, watch_period);
+      std::vector<std::shared_ptr<arrival_hub>> live;
+      for (auto i = hubs_.begin(); i != hubs_.end();) {
+        if (auto hub = i->second.lock()) {
+          live.push_back(std::move(hub));
+          ++i;
+        } else {
+          i = hubs_.erase(i);
+        }
+      }
+      // Completions run user callbacks: never under the lock.
+      guard.unlock();
+      auto now = arrival_hub::clock::now();
+      for (auto& hub : live)
+        hub->expire(now);
+      live.clear();
+      guard.lock();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::map<std::string, std::weak_ptr<arrival_hub>> hubs_;
+  bool started_ = false;
+};
+
+} // namespace
+
+arrival_hub::arrival_hub(std::string group, int world_size)
+  : group_(std::move(group)), world_size_(world_size),
+    arrivals_(new arrival[size_t(world_size)]),
+    arrived_(new std::atomic<uint64_t>[size_t(world_size)]) {
+  for (int r = 0; r < world_size; ++r)
+    arrived_[size_t(r)].store(0, std::memory_order_relaxed);
+}
+
+std::shared_ptr<arrival_hub> arrival_hub::of(const std::string& segment_name,
+                                             const std::string& group,
+                                             int world_size) {
+  return watchdog::instance().hub_of(segment_name, group, world_size);
+}
+
+void arrival_hub::publish(int r, uint64_t target,
+                          clock::time_point deadline) noexcept {
+  auto& a = at(r);
+  a.deadline.store(deadline.time_since_epoch().count(),
+                   std::memory_order_relaxed);
+  a.waiting_for.store(target, std::memory_order_release);
+}
+
+bool arrival_hub::claim(int r, uint64_t target) noexcept {
+  auto expected = target;
+  return at(r).waiting_for.compare_exchange_strong(expected, target | claimed,
+                                                   std::memory_order_acq_rel);
+}
+
+void arrival_hub::finish(int r, caf::error err) {
+  auto& a = at(r);
+  // The owner may start its next op from inside the completion, reusing
+  // the record: take what we need first.
+  auto done = std::move(a.done);
+  a.done = nullptr;
+  a.waiting_for.store(0, std::memory_order_release);
+  done(std::move(err));
+}
+
+void arrival_hub::fail(int r, errc code, const std::string& text) {
+  const auto& a = at(r);
+  error_context where{group_, a.op, static_cast<int64_t>(a.seq), r,
+                      world_size_};
+  finish(r, make_error(code, where, text));
+}
+
+void arrival_hub::fail_all(errc own_code, int own_rank,
+                           const std::string& own_text, errc peer_code,
+                           const std::string& peer_text) {
+  for (int r = 0; r < world_size_; ++r) {
+    auto v = at(r).waiting_for.load(std::memory_order_acquire);
+    if (v == 0 || (v & claimed) != 0 || !claim(r, v)) continue;
+    if (r == own_rank)
+      fail(r, own_code, own_text);
+    else
+      fail(r, peer_code, peer_text);
+  }
+}
+
+void arrival_hub::expire(clock::time_point now) {
+  auto ticks = now.time_since_epoch().count();
+  for (int r = 0; r < world_size_; ++r) {
+    auto& a = at(r);
+    auto v = a.waiting_for.load(std::memory_order_acquire);
+    if (v == 0 || (v & claimed) != 0 ||
+        a.deadline.load(std::memory_order_relaxed) > ticks || !claim(r, v))
+      continue;
+    std::vector<int> missing;
+    for (int q = 0; q < world_size_; ++q)
+      if (arrived(q).load(std::memory_order_acquire) < v) missing.push_back(q);
+    fail(r, errc::timeout,
+         "not finished within " + std::to_string(a.timeout.count()) +
+           " ms: ranks " + list_ranks(missing) +
+           " did not arrive (they did not call this operation, are too slow "
+           "or stopped)");
+  }
+}
+
+bool arrival_hub::win(uint64_t target) noexcept {
+  auto seen = won_epoch_.load(std::memory_order_acquire);
+  while (seen < target)
+    if (won_epoch_.compare_exchange_weak(seen, target,
+                                         std::memory_order_acq_rel))
+      return true;
+  return false;
+}
+
+void arrival_hub::wait_unclaimed(int r) const noexcept {
+  while ((arrivals_[size_t(r)].waiting_for.load(std::memory_order_acquire) &
+          claimed) != 0)
+    std::this_thread::yield();
+}
+
+} // namespace caf_collective::detail::shm

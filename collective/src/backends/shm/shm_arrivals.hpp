@@ -1,0 +1,101 @@
+// Ops started without blocking on the shm backend (backend::start_*), for
+// ranks that all live in one process. Private to the shm backend.
+//
+// A rank that must not wait (an actor member on a CAF scheduler thread)
+// publishes its small op exactly as the blocking path does (agreement key
+// and input in its small slot), records here how to tell its owner, steps
+// its epoch and returns. Whoever sees the step complete first finishes the
+// op for every rank that did not wait: the last rank to arrive without
+// waiting, or a waiting rank once its step passed. It reduces (or copies)
+// the result from the small slots once, writes it into each such rank's
+// output and calls their completions. No thread is woken, no rank sleeps.
+//
+// A record's owner learns of the end exactly once: from the finisher, from
+// abort (any rank's, at once), or from the watchdog thread at the op's
+// deadline. Each of them first claims the record; only a claim lets it
+// touch the owner's output or completion.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "caf_collective/backend.hpp"
+#include "caf_collective/error.hpp"
+
+namespace caf_collective::detail::shm {
+
+/// One rank's op in flight without a waiting thread.
+struct arrival {
+  /// The epoch the op waits for; with `claimed` set while a claimer ends
+  /// it; 0 when the rank has no such op.
+  std::atomic<uint64_t> waiting_for{0};
+  /// Steady-clock ticks; atomic: the watchdog reads it unclaimed.
+  std::atomic<int64_t> deadline{0};
+  // Written by the owner before it publishes; read after a claim.
+  op_completion done;
+  op_kind op = op_kind::barrier;
+  uint64_t seq = 0;
+  milliseconds timeout{0};
+};
+
+/// The arrivals of one group's ranks in this process, shared by their
+/// backends (and watched by the watchdog thread).
+class arrival_hub {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  static constexpr uint64_t claimed = uint64_t{1} << 63;
+
+  arrival_hub(std::string group, int world_size);
+
+  /// The hub of the group whose segment is named `segment_name`, created by
+  /// the first rank of this process that asks.
+  static std::shared_ptr<arrival_hub>
+  of(const std::string& segment_name, const std::string& group, int world_size);
+
+  /// Rank `r`'s record: its owner fills it, then publishes.
+  arrival& at(int r) noexcept { return arrivals_[size_t(r)]; }
+
+  /// Makes rank `r`'s op (waiting for epoch `target`) visible to finishers.
+  void publish(int r, uint64_t target, clock::time_point deadline) noexcept;
+
+  /// Takes the right to end rank `r`'s op if it still waits for `target`.
+  bool claim(int r, uint64_t target) noexcept;
+
+  /// Ends a claimed op: frees the record, then calls its completion.
+  void finish(int r, caf::error err);
+
+  /// Ends rank `r`'s op with an error of `code` whose context names it.
+  void fail(int r, errc code, const std::string& text);
+
+  /// Claims and fails every op in flight (abort): `own_rank`'s with
+  /// `own_code` and `own_text`, the other ranks' with the peer ones.
+  void fail_all(errc own_code, int own_rank, const std::string& own_text,
+                errc peer_code, const std::string& peer_text);
+
+  /// Ends ops whose deadline passed with `timeout` (the watchdog).
+  void expire(clock::time_point now);
+
+  /// True for exactly one caller per epoch: it finishes that epoch's ops.
+  bool win(uint64_t target) noexcept;
+
+  /// Waits while a claimer still ends rank `r`'s op (it may write its
+  /// output): an aborting rank's buffers are freed once abort returns.
+  void wait_unclaimed(int r) const noexcept;
+
+  /// The epoch each rank reached, for the watchdog's error text.
+  std::atomic<uint64_t>& arrived(int r) noexcept { return arrived_[size_t(r)]; }
+
+ private:
+  std::string group_;
+  int world_size_;
+  std::unique_ptr<arrival[]> arrivals_;
+  std::unique_ptr<std::atomic<uint64_t>[]> arrived_;
+  std::atomic<uint64_t> won_epoch_{0};
+};
+
+} // namespace caf_collective::detail::shm

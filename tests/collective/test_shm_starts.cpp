@@ -1,0 +1,247 @@
+// Ops started without blocking on the shm backend (backend::start_*, shm
+// ranks in one process): a caller that does not wait (here: a thread
+// outside the blocking API, as an actor member is) publishes its op and
+// returns; whoever completes the step finishes it for every such rank.
+// These tests mix ranks that wait with ranks that do not, and check that a
+// rank that never arrives, an abort, and ranks that disagree end every
+// such op with a clear error instead of a hang.
+#include <array>
+#include <atomic>
+#include <latch>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+using test::expect_usable;
+using test::rank_log;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+/// Forms an shm group of `world` threads and runs `body` on each.
+void run_threads(int world, const std::string& name,
+                 const std::function<void(int, rank_log&)>& body,
+                 col::milliseconds timeout = 20s) {
+  auto store = col::make_in_process_store();
+  std::latch done{world};
+  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
+    col::init_collective_group(world, rank, "shm", name,
+                               test::group_options(store, timeout));
+    log.expect(col::get_group(name)->backend_in_use() == "shm",
+               "the group runs on " + col::get_group(name)->backend_in_use());
+    body(rank, log);
+    done.arrive_and_wait();
+    col::destroy_collective_group(name);
+  });
+  test::check_ranks(results);
+}
+
+/// The error of `w`, which must end within `limit`.
+caf::error outcome(rank_log& log, const col::work& w, col::milliseconds limit) {
+  if (!w.wait_for(limit)) {
+    log.fail("the op did not end within " + std::to_string(limit.count()) +
+             " ms");
+    return w.wait();
+  }
+  return w.wait();
+}
+
+void expect_code(rank_log& log, const std::string& what, const caf::error& err,
+                 col::errc code, std::initializer_list<std::string> needles) {
+  if (!err) {
+    log.fail(what + ": succeeded, expected " +
+             std::string{col::to_string(code)});
+    return;
+  }
+  auto text = col::render(err);
+  if (col::code_of(err) != code)
+    log.fail(what + ": " + text + ", expected " +
+             std::string{col::to_string(code)});
+  for (const auto& needle : needles)
+    if (text.find(needle) == std::string::npos)
+      log.fail(what + ": the error does not mention '" + needle + "': " + text);
+}
+
+} // namespace
+
+TEST_CASE("shm starts: ranks that wait and ranks that do not get the same "
+          "results, 300 rounds of allreduce, broadcast and barrier") {
+  constexpr int world = 4;
+  constexpr int rounds = 300;
+  run_threads(world, "starts-mixed", [](int rank, rank_log& log) {
+    auto g = col::get_group("starts-mixed");
+    for (int i = 0; i < rounds; ++i) {
+      // Which ranks wait changes every round: every mix occurs.
+      bool waits = ((rank + i) % 3) == 0;
+      auto n = static_cast<size_t>(1 + (i % 7) * 37);
+      std::vector<int64_t> x(n);
+      for (size_t k = 0; k < n; ++k)
+        x[k] = int64_t(rank + 1) * int64_t(k + 1) + i;
+      col::allreduce_options sum;
+      std::vector<int64_t> y(n, -1);
+      caf::error err;
+      if (waits)
+        col::allreduce(col::view_of(x), col::view_of(y), "starts-mixed", sum);
+      else
+        err = g->allreduce(col::view_of(x), col::view_of(y), sum).wait();
+      if (err) {
+        log.fail("allreduce round " + std::to_string(i) + ": " +
+                 col::render(err));
+        return;
+      }
+      for (size_t k = 0; k < n; ++k) {
+        auto want = int64_t(world * (world + 1) / 2) * int64_t(k + 1) +
+                    int64_t(world) * i;
+        if (y[k] != want) {
+          log.fail("allreduce round " + std::to_string(i) + " element " +
+                   std::to_string(k) + ": " + std::to_string(y[k]) +
+                   ", expected " + std::to_string(want));
+          return;
+        }
+      }
+      // In place, float max.
+      std::vector<float> m(n, float(rank * 10 + i % 5));
+      col::allreduce_options max;
+      max.op = col::reduce_op::max;
+      err = g->allreduce(col::view_of(m), col::view_of(m), max).wait();
+      log.expect(!err && m[0] == float((world - 1) * 10 + i % 5) &&
+                   m[n - 1] == m[0],
+                 "max round " + std::to_string(i) + ": " + col::render(err));
+      col::broadcast_options from;
+      from.root = i % world;
+      std::vector<int32_t> b(n, rank == from.root ? 1000 + i : -7);
+      err = waits ? (col::broadcast(col::view_of(b), from.root, "starts-mixed"),
+                     caf::error{})
+                  : g->broadcast(col::view_of(b), col::view_of(b), from).wait();
+      log.expect(!err && b[0] == 1000 + i && b[n - 1] == 1000 + i,
+                 "broadcast round " + std::to_string(i) + ": " +
+                   std::to_string(b[0]) + " " + col::render(err));
+      err = waits ? (col::barrier("starts-mixed"), caf::error{})
+                  : g->barrier().wait();
+      log.expect(!err, "barrier round " + std::to_string(i) + ": " +
+                         col::render(err));
+      ++log.checks;
+    }
+    log.expect(log.checks == rounds, "not every round ran");
+  });
+}
+
+TEST_CASE("shm starts: the last rank to arrive finishes the op for every "
+          "rank on its own thread, before its call returns") {
+  constexpr int world = 3;
+  std::latch arrived{world - 1};
+  std::latch checked{world};
+  std::array<std::thread::id, world> finished_on{};
+  std::thread::id last_thread;
+  run_threads(world, "starts-last", [&](int rank, rank_log& log) {
+    auto g = col::get_group("starts-last");
+    std::vector<int32_t> x(5, rank + 1);
+    if (rank == world - 1) {
+      arrived.wait();
+      last_thread = std::this_thread::get_id();
+    }
+    auto w = g->allreduce(col::view_of(x), col::view_of(x));
+    w.on_complete([&, rank](const caf::error&) {
+      finished_on[size_t(rank)] = std::this_thread::get_id();
+    });
+    if (rank == world - 1) {
+      // No lane thread ran it: the op was over when the call returned.
+      log.expect(w.ready(), "the last rank's op was not over on return");
+    } else {
+      log.expect(!w.ready(), "an op was over before every rank arrived");
+      arrived.count_down();
+    }
+    auto err = outcome(log, w, 10s);
+    log.expect(!err && x[0] == 6 && x[4] == 6,
+               "allreduce: " + std::to_string(x[0]) + " " + col::render(err));
+    checked.arrive_and_wait();
+    for (int r = 0; r < world; ++r)
+      log.expect(finished_on[size_t(r)] == last_thread,
+                 "rank " + std::to_string(r) +
+                   "'s op was not finished on the last rank's thread");
+  });
+}
+
+TEST_CASE("shm starts: a rank that never arrives makes the ranks that did "
+          "not wait time out naming it") {
+  constexpr auto timeout = 500ms;
+  std::latch failed{3};
+  run_threads(
+    3, "starts-absent",
+    [&](int rank, rank_log& log) {
+      if (rank != 2) {
+        auto g = col::get_group("starts-absent");
+        std::vector<float> x(8, 1.0f);
+        auto start = clock_type::now();
+        auto w = g->allreduce(col::view_of(x), col::view_of(x));
+        auto err = outcome(log, w, 10s);
+        auto elapsed = clock_type::now() - start;
+        expect_code(log, "allreduce", err, col::errc::timeout,
+                    {"starts-absent", "ranks [2] did not arrive"});
+        // The watchdog looks every 20 ms; allow for a loaded machine.
+        log.expect(elapsed >= timeout && elapsed < timeout + 3s,
+                   "the timeout came after " + std::to_string(elapsed / 1ms) +
+                     " ms");
+        log.expect(g->broken(), "the group is not broken after a timeout");
+      }
+      failed.arrive_and_wait();
+    },
+    timeout);
+}
+
+TEST_CASE("shm starts: abort from another rank ends the ops of every rank "
+          "that did not wait at once") {
+  std::latch started{3};
+  std::latch done{3};
+  run_threads(3, "starts-abort", [&](int rank, rank_log& log) {
+    auto g = col::get_group("starts-abort");
+    if (rank == 2) {
+      started.arrive_and_wait();
+      std::this_thread::sleep_for(200ms);
+      g->abort("the test aborts");
+      done.arrive_and_wait();
+      return;
+    }
+    std::vector<float> x(8, 1.0f);
+    auto start = clock_type::now();
+    auto w = g->allreduce(col::view_of(x), col::view_of(x));
+    started.arrive_and_wait();
+    auto err = outcome(log, w, 10s);
+    auto elapsed = clock_type::now() - start;
+    expect_code(log, "allreduce", err, col::errc::peer_lost,
+                {"starts-abort", "rank 2 left the group"});
+    log.expect(elapsed < 5s, "the abort took " + std::to_string(elapsed / 1ms) +
+                               " ms to arrive (timeout 20 s)");
+    done.arrive_and_wait();
+  });
+}
+
+TEST_CASE("shm starts: a rank that does not wait and a rank that does, with "
+          "other sizes, both fail with mismatch, and the group stays usable") {
+  run_threads(2, "starts-disagree", [](int rank, rank_log& log) {
+    auto g = col::get_group("starts-disagree");
+    // Rank 0: 8 elements, started without waiting. Rank 1: too large for
+    // a start, so it waits on the blocking path.
+    std::vector<float> x(rank == 0 ? 8 : 100000, 1.0f);
+    auto err =
+      rank == 0
+        ? outcome(log, g->allreduce(col::view_of(x), col::view_of(x)), 10s)
+        : col::allreduce_async(col::view_of(x), "starts-disagree").wait();
+    expect_code(log, "allreduce", err, col::errc::mismatch,
+                {"ranks [0] called allreduce (sum) of 8 float32",
+                 "ranks [1] called allreduce (sum) of 100000 float32"});
+    // Both without waiting, other dtypes.
+    auto y =
+      test::make_tensor(rank == 0 ? col::dtype::int32 : col::dtype::float32, 4);
+    err = outcome(log, g->allreduce(y.view(), y.view()), 10s);
+    expect_code(log, "allreduce of other dtypes", err, col::errc::mismatch,
+                {"of 4 int32", "of 4 float32"});
+    expect_usable(log, "starts-disagree", 2, rank);
+    std::vector<int64_t> z{rank + 1};
+    err = outcome(log, g->allreduce(col::view_of(z), col::view_of(z)), 10s);
+    log.expect(!err && z[0] == 3,
+               "allreduce without waiting afterwards: " + col::render(err));
+  });
+}
