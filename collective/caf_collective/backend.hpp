@@ -120,6 +120,27 @@ class backend {
                                op_completion& done);
   virtual bool start_barrier(const op_call& call, const barrier_options& opts,
                              op_completion& done);
+  virtual bool start_reduce(const op_call& call, const tensor_view& in,
+                            const tensor_view& out, const reduce_options& opts,
+                            op_completion& done);
+  virtual bool start_allgather(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const allgather_options& opts,
+                               op_completion& done);
+  virtual bool start_gather(const op_call& call, const tensor_view& in,
+                            const tensor_view& out, const gather_options& opts,
+                            op_completion& done);
+  virtual bool start_scatter(const op_call& call, const tensor_view& in,
+                             const tensor_view& out,
+                             const scatter_options& opts, op_completion& done);
+  virtual bool start_reduce_scatter(const op_call& call, const tensor_view& in,
+                                    const tensor_view& out,
+                                    const reduce_scatter_options& opts,
+                                    op_completion& done);
+  virtual bool start_alltoall(const op_call& call, const tensor_view& in,
+                              const tensor_view& out,
+                              const alltoall_options& opts,
+                              op_completion& done);
 
   /// Unblocks and fails whatever this backend is doing and makes every
   /// later call fail with errc::aborted. Safe from any thread.

@@ -128,6 +128,153 @@ TEST_CASE("shm starts: ranks that wait and ranks that do not get the same "
   });
 }
 
+namespace {
+
+/// Runs one op on `g` for this rank, the blocking way (`waits`) or started
+/// without blocking, into `out`.
+using op_runner = std::function<caf::error(bool waits, const col::tensor_view&,
+                                           const col::tensor_view&)>;
+
+/// The error the blocking API throws, or none.
+template<class Fn>
+caf::error blocking(Fn&& fn) {
+  try {
+    fn();
+  } catch (const col::collective_error& e) {
+    return e.error();
+  }
+  return {};
+}
+
+/// Compares the start path with the blocking path (whose results the
+/// shared correctness suites check against references): same inputs, the
+/// same bits out, on every rank.
+void compare_paths(rank_log& log, const std::string& what, int rank,
+                   const col::tensor& in, size_t out_count,
+                   const op_runner& run) {
+  auto blocking_out = test::make_tensor(in.type(), out_count);
+  auto started_out = test::make_tensor(in.type(), out_count);
+  test::poison(blocking_out.view());
+  test::poison(started_out.view());
+  if (auto err = run(true, in.view(), blocking_out.view())) {
+    log.fail(what + " (blocking): " + col::render(err));
+    return;
+  }
+  if (auto err = run(false, in.view(), started_out.view())) {
+    log.fail(what + " (started): " + col::render(err));
+    return;
+  }
+  if (log.expect_equal(what + " rank " + std::to_string(rank),
+                       started_out.view(), blocking_out.view()))
+    ++log.checks;
+}
+
+} // namespace
+
+TEST_CASE("shm starts: every op, dtype and reduce op started without "
+          "blocking gives the blocking path's bits, on 1, 2, 3, 4 and 7 "
+          "ranks") {
+  for (int world : {1, 2, 3, 4, 7}) {
+    auto name = "starts-sweep-" + std::to_string(world);
+    run_threads(world, name, [&](int rank, rank_log& log) {
+      auto g = col::get_group(name);
+      auto w = size_t(world);
+      auto wait = [](col::work x) { return x.wait(); };
+      for (size_t count : {size_t{1}, size_t{5}, size_t{100}}) {
+        for (auto t : col::all_dtypes) {
+          auto tag = std::string{col::to_string(t)} + " x" +
+                     std::to_string(count) + " on " + std::to_string(world);
+          for (auto op : col::all_reduce_ops) {
+            if (!col::is_defined(op, t)) continue;
+            auto in = test::make_tensor(t, count * w);
+            test::fill_input(in.view(), op, rank);
+            auto opname = std::string{col::to_string(op)};
+            col::allreduce_options ar;
+            ar.op = op;
+            compare_paths(
+              log, "allreduce " + opname + " " + tag, rank, in, count * w,
+              [&](bool waits, const col::tensor_view& x,
+                  const col::tensor_view& y) {
+                return waits ? blocking([&] { col::allreduce(x, y, name, ar); })
+                             : wait(g->allreduce(x, y, ar));
+              });
+            col::reduce_options rd;
+            rd.op = op;
+            rd.root = world - 1;
+            compare_paths(
+              log, "reduce " + opname + " " + tag, rank, in, count * w,
+              [&](bool waits, const col::tensor_view& x,
+                  const col::tensor_view& y) {
+                // The output is defined on the root only.
+                return waits ? blocking([&] { col::reduce(x, y, name, rd); })
+                             : wait(g->reduce(x, y, rd));
+              });
+            col::reduce_scatter_options rs;
+            rs.op = op;
+            compare_paths(log, "reduce_scatter " + opname + " " + tag, rank, in,
+                          count,
+                          [&](bool waits, const col::tensor_view& x,
+                              const col::tensor_view& y) {
+                            return waits ? blocking([&] {
+                              col::reduce_scatter(x, y, name, rs);
+                            })
+                                         : wait(g->reduce_scatter(x, y, rs));
+                          });
+          }
+          auto in = test::make_tensor(t, count);
+          test::fill_pattern(in.view(), rank);
+          col::allgather_options ag;
+          compare_paths(
+            log, "allgather " + tag, rank, in, count * w,
+            [&](bool waits, const col::tensor_view& x,
+                const col::tensor_view& y) {
+              return waits ? blocking([&] { col::allgather(x, y, name, ag); })
+                           : wait(g->allgather(x, y, ag));
+            });
+          col::gather_options ga;
+          ga.root = world / 2;
+          compare_paths(log, "gather " + tag, rank, in, count * w,
+                        [&](bool waits, const col::tensor_view& x,
+                            const col::tensor_view& y) {
+                          return waits ? blocking(
+                                           [&] { col::gather(x, y, name, ga); })
+                                       : wait(g->gather(x, y, ga));
+                        });
+          col::broadcast_options bc;
+          bc.root = world - 1;
+          compare_paths(
+            log, "broadcast " + tag, rank, in, count,
+            [&](bool waits, const col::tensor_view& x,
+                const col::tensor_view& y) {
+              return waits ? blocking([&] { col::broadcast(x, y, name, bc); })
+                           : wait(g->broadcast(x, y, bc));
+            });
+          auto wide = test::make_tensor(t, count * w);
+          test::fill_pattern(wide.view(), rank);
+          col::scatter_options sc;
+          sc.root = 0;
+          compare_paths(
+            log, "scatter " + tag, rank, wide, count,
+            [&](bool waits, const col::tensor_view& x,
+                const col::tensor_view& y) {
+              return waits ? blocking([&] { col::scatter(x, y, name, sc); })
+                           : wait(g->scatter(x, y, sc));
+            });
+          col::alltoall_options aa;
+          compare_paths(
+            log, "alltoall " + tag, rank, wide, count * w,
+            [&](bool waits, const col::tensor_view& x,
+                const col::tensor_view& y) {
+              return waits ? blocking([&] { col::alltoall(x, y, name, aa); })
+                           : wait(g->alltoall(x, y, aa));
+            });
+        }
+      }
+      log.expect(log.checks > 0, "no comparison ran");
+    });
+  }
+}
+
 TEST_CASE("shm starts: the last rank to arrive finishes the op for every "
           "rank on its own thread, before its call returns") {
   constexpr int world = 3;

@@ -97,4 +97,41 @@ bool backend::start_barrier(const op_call&, const barrier_options&,
   return false;
 }
 
+bool backend::start_reduce(const op_call&, const tensor_view&,
+                           const tensor_view&, const reduce_options&,
+                           op_completion&) {
+  return false;
+}
+
+bool backend::start_allgather(const op_call&, const tensor_view&,
+                              const tensor_view&, const allgather_options&,
+                              op_completion&) {
+  return false;
+}
+
+bool backend::start_gather(const op_call&, const tensor_view&,
+                           const tensor_view&, const gather_options&,
+                           op_completion&) {
+  return false;
+}
+
+bool backend::start_scatter(const op_call&, const tensor_view&,
+                            const tensor_view&, const scatter_options&,
+                            op_completion&) {
+  return false;
+}
+
+bool backend::start_reduce_scatter(const op_call&, const tensor_view&,
+                                   const tensor_view&,
+                                   const reduce_scatter_options&,
+                                   op_completion&) {
+  return false;
+}
+
+bool backend::start_alltoall(const op_call&, const tensor_view&,
+                             const tensor_view&, const alltoall_options&,
+                             op_completion&) {
+  return false;
+}
+
 } // namespace caf_collective

@@ -395,12 +395,17 @@ work group::broadcast(const tensor_view& in, const tensor_view& out,
 work group::reduce(const tensor_view& in, const tensor_view& out,
                    reduce_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::reduce);
-  return submit(op_kind::reduce, detail::check_reduce(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.reduce(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::reduce, detail::check_reduce(at, in, out, opts),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.reduce(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_reduce(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::allreduce(const tensor_view& in, const tensor_view& out,
@@ -422,12 +427,17 @@ work group::allreduce(const tensor_view& in, const tensor_view& out,
 work group::allgather(const tensor_view& in, const tensor_view& out,
                       allgather_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::allgather);
-  return submit(op_kind::allgather, detail::check_allgather(at, in, out),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.allgather(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::allgather, detail::check_allgather(at, in, out),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.allgather(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_allgather(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::allgatherv(const tensor_view& in, const tensor_view& out,
@@ -445,46 +455,65 @@ work group::allgatherv(const tensor_view& in, const tensor_view& out,
 work group::gather(const tensor_view& in, const tensor_view& out,
                    gather_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::gather);
-  return submit(op_kind::gather, detail::check_gather(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.gather(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::gather, detail::check_gather(at, in, out, opts),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.gather(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_gather(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::scatter(const tensor_view& in, const tensor_view& out,
                     scatter_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::scatter);
-  return submit(op_kind::scatter, detail::check_scatter(at, in, out, opts),
-                make_body(out, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.scatter(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::scatter, detail::check_scatter(at, in, out, opts),
+    make_body(
+      out, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.scatter(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_scatter(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
                            reduce_scatter_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::reduce_scatter);
-  return submit(op_kind::reduce_scatter,
-                detail::check_reduce_scatter(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.reduce_scatter(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::reduce_scatter, detail::check_reduce_scatter(at, in, out, opts),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.reduce_scatter(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_reduce_scatter(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::alltoall(const tensor_view& in, const tensor_view& out,
                      alltoall_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::alltoall);
-  return submit(op_kind::alltoall, detail::check_alltoall(at, in, out),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.alltoall(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::alltoall, detail::check_alltoall(at, in, out),
+    make_body(
+      in, opts,
+      [in, out, opts](backend& be, const op_call& c) {
+        return be.alltoall(c, in, out, opts);
+      },
+      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+        return be.start_alltoall(c, in, out, opts, done);
+      }),
+    *lane_);
 }
 
 work group::alltoallv(const tensor_view& in, const tensor_view& out,

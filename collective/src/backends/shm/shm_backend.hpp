@@ -21,10 +21,10 @@
 // its slot of the segment before the op's first sync step and reads the
 // others' slots after it: one step per op, whatever the mode.
 //
-// Ops started without blocking (start_allreduce, start_broadcast,
-// start_barrier; every rank in one process, small ops): the rank publishes
-// as for a small op and returns; whoever completes the step finishes it
-// (shm_arrivals.hpp). Ranks that wait and ranks that do not mix freely.
+// Ops started without blocking (backend::start_*: every op but send/recv
+// and the uneven-size ones; every rank in one process, small ops): the rank
+// publishes as for a small op and returns; whoever completes the step finishes
+// it (shm_arrivals.hpp). Ranks that wait and ranks that do not mix freely.
 //
 // Set CAF_COLLECTIVE_SHM_SINGLE_COPY=off (in any rank's environment before
 // formation) to make the group use staged mode across processes: the tests
@@ -66,6 +66,11 @@ inline constexpr size_t single_copy_max_bytes = size_t{8} << 20;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
 inline constexpr size_t single_copy_block_elements = 32768;
+
+/// At most this many bytes of outputs does the finisher of an op started
+/// without blocking write for all ranks (shm_starts.cpp): larger ops run
+/// on the lanes, every rank copying its own part.
+inline constexpr size_t max_finisher_bytes = size_t{256} << 10;
 
 /// A byte range one rank reads from another rank's contribution.
 struct need {
@@ -135,6 +140,25 @@ class shm_backend : public backend {
                        op_completion& done) override;
   bool start_barrier(const op_call& call, const barrier_options& opts,
                      op_completion& done) override;
+  bool start_reduce(const op_call& call, const tensor_view& in,
+                    const tensor_view& out, const reduce_options& opts,
+                    op_completion& done) override;
+  bool start_allgather(const op_call& call, const tensor_view& in,
+                       const tensor_view& out, const allgather_options& opts,
+                       op_completion& done) override;
+  bool start_gather(const op_call& call, const tensor_view& in,
+                    const tensor_view& out, const gather_options& opts,
+                    op_completion& done) override;
+  bool start_scatter(const op_call& call, const tensor_view& in,
+                     const tensor_view& out, const scatter_options& opts,
+                     op_completion& done) override;
+  bool start_reduce_scatter(const op_call& call, const tensor_view& in,
+                            const tensor_view& out,
+                            const reduce_scatter_options& opts,
+                            op_completion& done) override;
+  bool start_alltoall(const op_call& call, const tensor_view& in,
+                      const tensor_view& out, const alltoall_options& opts,
+                      op_completion& done) override;
 
   void abort(std::string_view why) override;
 
@@ -179,14 +203,22 @@ class shm_backend : public backend {
 
   // -- ops started without blocking (shm_starts.cpp) -------------------------
 
-  /// Whether an op of `bytes` per rank can start without blocking.
-  bool can_start(size_t bytes) const noexcept;
+  /// Whether an op whose largest contribution has `bytes` can start
+  /// without blocking, if its finisher writes `finisher_bytes` in all (the
+  /// outputs of every rank: it runs on some caller's thread, maybe a CAF
+  /// scheduler thread, so its work stays small).
+  bool can_start(size_t bytes, size_t finisher_bytes) const noexcept;
 
   /// Publishes this rank's op (`notice`, `payload` into its small slot)
   /// for a finisher, steps, and finishes the op for every rank that did
   /// not wait if this arrival completed the step. Takes `done`.
   bool arrive(const op_call& call, op_notice notice,
               std::span<const std::byte> payload, op_completion& done);
+
+  /// Writes rank `r`'s result of the op `n` (every input in the small
+  /// slots of `parity`) into `out`; `shared` is the allreduce result.
+  caf::error write_result(int r, const op_notice& n, int parity, std::byte* out,
+                          const std::byte* shared);
 
   /// Once the step to `target` passed: if some ranks did not wait for it,
   /// the first caller per epoch (on any rank) finishes their ops, with the

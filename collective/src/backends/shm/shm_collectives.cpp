@@ -389,7 +389,7 @@ caf::error shm_backend::barrier(const op_call& call, const barrier_options&) {
 
 bool shm_backend::start_barrier(const op_call& call, const barrier_options&,
                                 op_completion& done) {
-  if (!can_start(0)) return false;
+  if (!can_start(0, 0)) return false;
   return arrive(call,
                 make_notice(op_kind::barrier, {}, {}, 0, -1, reduce_op::sum,
                             key_of(op_kind::barrier, dtype::uint8, 0)),
@@ -401,7 +401,7 @@ bool shm_backend::start_allreduce(const op_call& call, const tensor_view& in,
                                   const allreduce_options& opts,
                                   op_completion& done) {
   auto n = in.numel();
-  if (!can_start(in.nbytes())) return false;
+  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
   return arrive(
     call,
     make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
@@ -409,11 +409,94 @@ bool shm_backend::start_allreduce(const op_call& call, const tensor_view& in,
     payload_of(in), done);
 }
 
+bool shm_backend::start_reduce(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const reduce_options& opts,
+                               op_completion& done) {
+  auto n = in.numel();
+  if (!can_start(in.nbytes(), in.nbytes())) return false;
+  return arrive(
+    call,
+    make_notice(op_kind::reduce, in, out, n, opts.root, opts.op,
+                key_of(op_kind::reduce, in.type(), n, opts.root, opts.op)),
+    payload_of(in), done);
+}
+
+bool shm_backend::start_reduce_scatter(const op_call& call,
+                                       const tensor_view& in,
+                                       const tensor_view& out,
+                                       const reduce_scatter_options& opts,
+                                       op_completion& done) {
+  auto n = in.numel();
+  if (!can_start(in.nbytes(), in.nbytes())) return false;
+  return arrive(
+    call,
+    make_notice(op_kind::reduce_scatter, in, out, n, -1, opts.op,
+                key_of(op_kind::reduce_scatter, in.type(), n, -1, opts.op)),
+    payload_of(in), done);
+}
+
+bool shm_backend::start_allgather(const op_call& call, const tensor_view& in,
+                                  const tensor_view& out,
+                                  const allgather_options&,
+                                  op_completion& done) {
+  if (!can_start(in.nbytes(),
+                 in.nbytes() * size_t(world_size_) * size_t(world_size_)))
+    return false;
+  return arrive(call,
+                make_notice(op_kind::allgather, in, out, in.numel(), -1,
+                            reduce_op::sum,
+                            key_of(op_kind::allgather, in.type(), in.numel())),
+                payload_of(in), done);
+}
+
+bool shm_backend::start_gather(const op_call& call, const tensor_view& in,
+                               const tensor_view& out,
+                               const gather_options& opts,
+                               op_completion& done) {
+  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
+  return arrive(
+    call,
+    make_notice(op_kind::gather, in, out, in.numel(), opts.root, reduce_op::sum,
+                key_of(op_kind::gather, in.type(), in.numel(), opts.root)),
+    payload_of(in), done);
+}
+
+bool shm_backend::start_scatter(const op_call& call, const tensor_view& in,
+                                const tensor_view& out,
+                                const scatter_options& opts,
+                                op_completion& done) {
+  // Every rank knows the root's contribution: W blocks of its output.
+  if (!can_start(out.nbytes() * size_t(world_size_),
+                 out.nbytes() * size_t(world_size_)))
+    return false;
+  bool root = rank_ == opts.root;
+  return arrive(
+    call,
+    make_notice(op_kind::scatter, root ? in : out, out, out.numel(), opts.root,
+                reduce_op::sum,
+                key_of(op_kind::scatter, out.type(), out.numel(), opts.root)),
+    root ? payload_of(in) : std::span<const std::byte>{}, done);
+}
+
+bool shm_backend::start_alltoall(const op_call& call, const tensor_view& in,
+                                 const tensor_view& out,
+                                 const alltoall_options&, op_completion& done) {
+  // The input goes to the slot: in place needs no copy of its own.
+  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
+  return arrive(call,
+                make_notice(op_kind::alltoall, in, out, in.numel(), -1,
+                            reduce_op::sum,
+                            key_of(op_kind::alltoall, in.type(), in.numel())),
+                payload_of(in), done);
+}
+
 bool shm_backend::start_broadcast(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const broadcast_options& opts,
                                   op_completion& done) {
-  if (!can_start(out.nbytes())) return false;
+  if (!can_start(out.nbytes(), out.nbytes() * size_t(world_size_)))
+    return false;
   bool root = rank_ == opts.root;
   return arrive(
     call,

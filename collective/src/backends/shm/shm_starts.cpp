@@ -8,9 +8,11 @@
 
 namespace caf_collective::detail::shm {
 
-bool shm_backend::can_start(size_t bytes) const noexcept {
+bool shm_backend::can_start(size_t bytes,
+                            size_t finisher_bytes) const noexcept {
   // A peer's abort is reported by the blocking path, which names it.
   return hub_ && bytes <= seg_.small_bytes() &&
+         finisher_bytes <= max_finisher_bytes &&
          !aborted_.load(std::memory_order_acquire) &&
          seg_.header().aborted_by.load(std::memory_order_acquire) == -1;
 }
@@ -62,42 +64,81 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
     code = errc::peer_lost;
     failure = "rank " + std::to_string(by) + " left the group";
   }
-  // The result, computed once from the small slots.
-  const std::byte* result = nullptr;
-  size_t bytes = 0;
+  // An allreduce's result is the same for everyone: computed once.
+  const std::byte* shared = nullptr;
   if (failure.empty() && op == op_kind::allreduce) {
     op_state st{op, nullptr, clock::time_point::max(), target};
     st.how = path::small;
-    bytes = n.count * size_of(type);
     if (auto err =
           reduce_range(st, 0, 0, n.count, type,
                        static_cast<reduce_op>(n.reduce), served_.data())) {
       code = errc::backend_error;
       failure = render(err);
     }
-    result = served_.data();
-  } else if (failure.empty() && op == op_kind::broadcast) {
-    bytes = n.count * size_of(type);
-    result = seg_.small_slot(n.root, parity);
+    shared = served_.data();
   }
   // This rank's own op last: its owner may start the next one from the
   // completion, on another thread, and reuse this backend's scratch.
   auto end_op = [&](int r) {
-    if (seg_.control(r).notice[parity].no_waiter == 0 ||
-        !hub_->claim(r, target))
-      return;
+    const auto& mine = seg_.control(r).notice[parity];
+    if (mine.no_waiter == 0 || !hub_->claim(r, target)) return;
     if (!failure.empty()) {
       hub_->fail(r, code, failure);
       return;
     }
-    auto* out =
-      reinterpret_cast<std::byte*>(seg_.control(r).notice[parity].out_addr);
-    if (bytes > 0 && out != result) std::memcpy(out, result, bytes);
-    hub_->finish(r, {});
+    auto* out = reinterpret_cast<std::byte*>(mine.out_addr);
+    auto err = write_result(r, n, parity, out, shared);
+    hub_->finish(r, std::move(err));
   };
   for (int r = 0; r < world_size_; ++r)
     if (r != rank_) end_op(r);
   end_op(rank_);
+}
+
+caf::error shm_backend::write_result(int r, const op_notice& n, int parity,
+                                     std::byte* out, const std::byte* shared) {
+  auto op = static_cast<op_kind>(n.op);
+  auto type = static_cast<dtype>(n.type);
+  auto es = size_of(type);
+  auto slot = [&](int q) { return seg_.small_slot(q, parity); };
+  auto w = size_t(world_size_);
+  op_state st{op, nullptr, clock::time_point::max(),
+              static_cast<uint64_t>(parity)};
+  st.how = path::small;
+  switch (op) {
+    case op_kind::allreduce:
+      if (out != shared) std::memcpy(out, shared, n.count * es);
+      return {};
+    case op_kind::broadcast:
+      std::memcpy(out, slot(n.root), n.count * es);
+      return {};
+    case op_kind::reduce: // the root's output only
+      if (r != n.root) return {};
+      return reduce_range(st, 0, 0, n.count, type,
+                          static_cast<reduce_op>(n.reduce), out);
+    case op_kind::reduce_scatter: { // slice r of the reduction
+      auto m = n.count / w;
+      return reduce_range(st, 0, size_t(r) * m, m, type,
+                          static_cast<reduce_op>(n.reduce), out);
+    }
+    case op_kind::allgather:
+    case op_kind::gather: // the root's output only
+      if (op == op_kind::gather && r != n.root) return {};
+      for (int q = 0; q < world_size_; ++q)
+        std::memcpy(out + size_t(q) * n.count * es, slot(q), n.count * es);
+      return {};
+    case op_kind::scatter: // block r of the root's input
+      std::memcpy(out, slot(n.root) + size_t(r) * n.count * es, n.count * es);
+      return {};
+    case op_kind::alltoall: { // block r of every rank's input
+      auto block = n.count / w * es;
+      for (int q = 0; q < world_size_; ++q)
+        std::memcpy(out + size_t(q) * block, slot(q) + size_t(r) * block,
+                    block);
+      return {};
+    }
+    default: return {}; // barrier
+  }
 }
 
 } // namespace caf_collective::detail::shm
