@@ -33,11 +33,14 @@ using op_completion = std::function<void(caf::error)>;
 
 /// One member's end of one group on one transport.
 ///
-/// Threading contract: the group calls the operations from its lane thread
-/// only, one at a time, in sequence order, after validating the arguments
-/// (sizes, dtypes, roots, peers, null buffers; see validate.hpp). An
-/// operation returns when it has completed on this rank, or with an error.
-/// `abort` is the only member that may be called from another thread.
+/// Threading contract: the group calls the operations from whichever
+/// thread holds its lane (the lane's own thread, or a caller that claimed
+/// the idle lane), one at a time, in sequence order, after validating the
+/// arguments (sizes, dtypes, roots, peers, null buffers; see validate.hpp).
+/// An operation returns when it has completed on this rank, or with an
+/// error; an op started without blocking (start_*) holds the lane until
+/// its completion. `abort` is the only member that may be called from
+/// another thread at any time.
 ///
 /// Out-of-place and in-place: `in` and `out` may be the same memory where
 /// the op allows it (broadcast, reduce, allreduce); the backend must handle
