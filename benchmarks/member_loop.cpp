@@ -76,6 +76,34 @@ double percentile(samples xs, double p) {
   return xs[static_cast<size_t>(p * static_cast<double>(xs.size() - 1))];
 }
 
+// Sends the requests of `start()` (an actor's requests) one after the other,
+// each answer starting the next, and delivers the `iters` durations to `rp`.
+template<class Result, class Start>
+void time_back_to_back(int32_t iters, caf::typed_response_promise<samples> rp,
+                       Start start) {
+  auto times = std::make_shared<samples>();
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=]() mutable {
+    if (static_cast<int32_t>(times->size()) == iters) {
+      rp.deliver(std::move(*times));
+      *next = nullptr;
+      return;
+    }
+    auto t0 = clock_type::now();
+    start().then(
+      [=](Result&) mutable {
+        std::chrono::duration<double, std::micro> dt = clock_type::now() - t0;
+        times->push_back(dt.count());
+        (*next)();
+      },
+      [=](caf::error& err) mutable {
+        rp.deliver(std::move(err));
+        *next = nullptr;
+      });
+  };
+  (*next)();
+}
+
 // A member that, on (go, iters, elements), runs `iters` allreduces of its
 // own, one after the other, and answers each op's duration.
 caf::behavior looping(caf::event_based_actor* self, int32_t) {
@@ -86,65 +114,68 @@ caf::behavior looping(caf::event_based_actor* self, int32_t) {
         col::put(self,
                  col::tensor::from_vector(std::vector<float>(elements, 1.0f)))
           .value();
-      auto times = std::make_shared<samples>();
-      auto next = std::make_shared<std::function<void()>>();
-      *next = [=]() mutable {
-        if (static_cast<int32_t>(times->size()) == iters) {
-          rp.deliver(std::move(*times));
-          *next = nullptr;
-          return;
-        }
-        auto start = clock_type::now();
-        col::collectives(self, "loop")
-          .allreduce(ref)
-          .then(
-            [=](col::object_ref&) mutable {
-              std::chrono::duration<double, std::micro> dt =
-                clock_type::now() - start;
-              times->push_back(dt.count());
-              (*next)();
-            },
-            [=](caf::error& err) mutable {
-              rp.deliver(std::move(err));
-              *next = nullptr;
-            });
-      };
-      (*next)();
+      time_back_to_back<col::object_ref>(iters, rp, [=] {
+        return col::collectives(self, "loop").allreduce(ref);
+      });
       return rp;
     },
   };
 }
 
-samples member_path(const settings& s, int elements) {
+// An actor system with a driver and a formed group "loop" of members
+// running `member_fn`; the members and the driver exit with it.
+struct actor_world {
+  template<class MemberFn>
+  actor_world(const settings& s, col::op_source ops_from, MemberFn member_fn)
+    : sys(configure(cfg, s)), self(sys), driver(col::spawn_driver(sys)) {
+    col::group_spec spec;
+    spec.name = "loop";
+    spec.world_size = s.ranks;
+    spec.backend = s.backend;
+    spec.ops_from = ops_from;
+    members = col::spawn_group(sys, driver, spec, member_fn);
+    if (auto err =
+          col::await_group(self, driver, "loop", std::chrono::seconds{30}))
+      throw std::runtime_error(col::render(err));
+  }
+
+  ~actor_world() {
+    for (auto& m : members)
+      self->send_exit(m, caf::exit_reason::user_shutdown);
+    self->send_exit(driver, caf::exit_reason::user_shutdown);
+  }
+
+  static caf::actor_system_config& configure(caf::actor_system_config& cfg,
+                                             const settings& s) {
+    col::add_message_types(cfg);
+    cfg.set("scheduler.policy", s.scheduler == "sharing"
+                                  ? caf::atom("sharing")
+                                  : caf::atom("stealing"));
+    return cfg;
+  }
+
   caf::actor_system_config cfg;
-  col::add_message_types(cfg);
-  cfg.set("scheduler.policy", s.scheduler == "sharing" ? caf::atom("sharing")
-                                                       : caf::atom("stealing"));
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto driver = col::spawn_driver(sys);
-  col::group_spec spec;
-  spec.name = "loop";
-  spec.world_size = s.ranks;
-  spec.backend = s.backend;
-  spec.ops_from = col::op_source::members;
-  auto members = col::spawn_group(sys, driver, spec, looping);
-  if (auto err =
-        col::await_group(self, driver, "loop", std::chrono::seconds{30}))
-    throw std::runtime_error(col::render(err));
-  for (auto& m : members)
+  caf::actor_system sys;
+  caf::scoped_actor self;
+  col::driver_actor driver;
+  std::vector<col::member_actor> members;
+};
+
+// Warm-up: the first tenth of a series is dropped.
+void keep_after_warm_up(samples& all, const samples& xs) {
+  all.insert(all.end(), xs.begin() + xs.size() / 10, xs.end());
+}
+
+samples member_path(const settings& s, int elements) {
+  actor_world world{s, col::op_source::members, looping};
+  auto& self = world.self;
+  for (auto& m : world.members)
     self->send(m, go_atom::value, int32_t{s.iters}, int32_t{elements});
   samples all;
   int answered = 0;
   self->receive_for(answered, s.ranks)(
-    [&](samples& xs) {
-      // Warm-up: the first tenth of each member's ops is dropped.
-      all.insert(all.end(), xs.begin() + xs.size() / 10, xs.end());
-    },
+    [&](samples& xs) { keep_after_warm_up(all, xs); },
     [&](caf::error& err) { throw std::runtime_error(col::render(err)); });
-  for (auto& m : members)
-    self->send_exit(m, caf::exit_reason::user_shutdown);
-  self->send_exit(driver, caf::exit_reason::user_shutdown);
   return all;
 }
 
@@ -155,74 +186,32 @@ caf::behavior driving(caf::event_based_actor* self, col::driver_api driver,
   return {
     [=](go_atom, int32_t iters) -> caf::result<samples> {
       auto rp = self->make_response_promise<samples>();
-      auto times = std::make_shared<samples>();
-      auto next = std::make_shared<std::function<void()>>();
-      *next = [=]() mutable {
-        if (static_cast<int32_t>(times->size()) == iters) {
-          rp.deliver(std::move(*times));
-          *next = nullptr;
-          return;
-        }
-        auto start = clock_type::now();
-        col::allreduce(self, driver, "loop", refs)
-          .then(
-            [=](col::op_result&) mutable {
-              std::chrono::duration<double, std::micro> dt =
-                clock_type::now() - start;
-              times->push_back(dt.count());
-              (*next)();
-            },
-            [=](caf::error& err) mutable {
-              rp.deliver(std::move(err));
-              *next = nullptr;
-            });
-      };
-      (*next)();
+      time_back_to_back<col::op_result>(
+        iters, rp, [=] { return col::allreduce(self, driver, "loop", refs); });
       return rp;
     },
   };
 }
 
 samples driver_path(const settings& s, int elements) {
-  caf::actor_system_config cfg;
-  col::add_message_types(cfg);
-  cfg.set("scheduler.policy", s.scheduler == "sharing" ? caf::atom("sharing")
-                                                       : caf::atom("stealing"));
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto driver = col::spawn_driver(sys);
-  col::group_spec spec;
-  spec.name = "loop";
-  spec.world_size = s.ranks;
-  spec.backend = s.backend;
-  auto members =
-    col::spawn_group(sys, driver, spec, [](caf::event_based_actor*, int32_t) {
-      return caf::behavior{};
-    });
-  if (auto err =
-        col::await_group(self, driver, "loop", std::chrono::seconds{30}))
-    throw std::runtime_error(col::render(err));
-  auto store = col::local_store(sys);
+  actor_world world{
+    s, col::op_source::driver,
+    [](caf::event_based_actor*, int32_t) { return caf::behavior{}; }};
+  auto store = col::local_store(world.sys);
   std::vector<col::object_ref> refs;
   for (int r = 0; r < s.ranks; ++r)
     refs.push_back(
       store->put(col::tensor::from_vector(std::vector<float>(elements, 1.0f)))
         .value());
-  auto client = sys.spawn(driving, col::typed_driver(driver), refs);
+  auto client = world.sys.spawn(driving, col::typed_driver(world.driver), refs);
   samples all;
-  self->request(client, caf::infinite, go_atom::value, int32_t{s.iters})
+  world.self->request(client, caf::infinite, go_atom::value, int32_t{s.iters})
     .receive(
-      [&](samples& xs) {
-        // Warm-up: the first tenth of the ops is dropped.
-        all.assign(xs.begin() + xs.size() / 10, xs.end());
-      },
+      [&](samples& xs) { keep_after_warm_up(all, xs); },
       [&](caf::error& err) { throw std::runtime_error(col::render(err)); });
   for (auto& ref : refs)
     store->release(ref);
-  self->send_exit(client, caf::exit_reason::user_shutdown);
-  for (auto& m : members)
-    self->send_exit(m, caf::exit_reason::user_shutdown);
-  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  world.self->send_exit(client, caf::exit_reason::user_shutdown);
   return all;
 }
 

@@ -39,22 +39,6 @@ pid_t spawn(const std::string& mode, int world, int rank,
   return test::spawn_process(CAF_COLLECTIVE_SHM_RANK_PROCESS, args);
 }
 
-/// Forms an shm group of `world` threads and runs `body` on each.
-void run_threads(int world, const std::string& name,
-                 const std::function<void(int, rank_log&)>& body,
-                 col::milliseconds timeout = 20s) {
-  auto store = col::make_in_process_store();
-  std::latch done{world};
-  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
-    col::init_collective_group(world, rank, "shm", name,
-                               test::group_options(store, timeout));
-    body(rank, log);
-    done.arrive_and_wait();
-    col::destroy_collective_group(name);
-  });
-  test::check_ranks(results);
-}
-
 /// Sleeper as the last rank, survivors before it; `fault` is applied to
 /// the sleeper once the survivors are inside their allreduce.
 void run_fault(const std::string& group, const std::string& expected,
@@ -158,7 +142,7 @@ TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
 
 TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "
           "group stays usable") {
-  run_threads(3, "disagree", [](int rank, rank_log& log) {
+  test::run_shm_threads(3, "disagree", [](int rank, rank_log& log) {
     auto type = rank == 2 ? col::dtype::int32 : col::dtype::float32;
     auto x = test::make_tensor(type, 8);
     expect_error(log, "allreduce", col::errc::mismatch,
@@ -184,7 +168,7 @@ TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "
 
 TEST_CASE("shm: a recv with another tag fails with mismatch and the message "
           "stays for the matching recv") {
-  run_threads(2, "tags", [](int rank, rank_log& log) {
+  test::run_shm_threads(2, "tags", [](int rank, rank_log& log) {
     std::vector<int32_t> buf(1000, rank == 0 ? 5 : -1);
     if (rank == 0) {
       col::send_options opts;
@@ -235,7 +219,7 @@ TEST_CASE("auto picks shm when every rank runs on this host") {
 }
 
 TEST_CASE("shm: 8 ranks on 2 cores run 300 small allreduces and barriers") {
-  run_threads(8, "crowded", [](int rank, rank_log& log) {
+  test::run_shm_threads(8, "crowded", [](int rank, rank_log& log) {
     for (int i = 0; i < 300; ++i) {
       std::vector<int64_t> x{rank, i};
       col::allreduce(col::view_of(x), "crowded");

@@ -20,22 +20,18 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-/// Forms an shm group of `world` threads and runs `body` on each.
+/// test::run_shm_threads, checking that the group runs on shm.
 void run_threads(int world, const std::string& name,
                  const std::function<void(int, rank_log&)>& body,
                  col::milliseconds timeout = 20s) {
-  auto store = col::make_in_process_store();
-  std::latch done{world};
-  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
-    col::init_collective_group(world, rank, "shm", name,
-                               test::group_options(store, timeout));
-    log.expect(col::get_group(name)->backend_in_use() == "shm",
-               "the group runs on " + col::get_group(name)->backend_in_use());
-    body(rank, log);
-    done.arrive_and_wait();
-    col::destroy_collective_group(name);
-  });
-  test::check_ranks(results);
+  test::run_shm_threads(
+    world, name,
+    [&](int rank, rank_log& log) {
+      auto used = col::get_group(name)->backend_in_use();
+      log.expect(used == "shm", "the group runs on " + used);
+      body(rank, log);
+    },
+    timeout);
 }
 
 /// The error of `w`, which must end within `limit`.

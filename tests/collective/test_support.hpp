@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <latch>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -461,6 +462,24 @@ inline void run_group(int world, const std::string& name,
     col::init_collective_group(world, rank, backend_under_test, name,
                                group_options(store, timeout));
     body(rank, log);
+    col::destroy_collective_group(name);
+  });
+  check_ranks(results);
+}
+
+/// Forms an shm group `name` of `world` threads, runs `body` on each, and
+/// destroys the group once every rank is through its body.
+inline void run_shm_threads(int world, const std::string& name,
+                            const std::function<void(int, rank_log&)>& body,
+                            col::milliseconds timeout = std::chrono::seconds{
+                              20}) {
+  auto store = col::make_in_process_store();
+  std::latch done{world};
+  auto results = run_threads(world, [&](int rank, rank_log& log) {
+    col::init_collective_group(world, rank, "shm", name,
+                               group_options(store, timeout));
+    body(rank, log);
+    done.arrive_and_wait();
     col::destroy_collective_group(name);
   });
   check_ranks(results);
