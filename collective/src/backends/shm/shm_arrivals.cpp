@@ -81,9 +81,8 @@ class watchdog {
 arrival_hub::arrival_hub(std::string group, int world_size)
   : group_(std::move(group)), world_size_(world_size),
     arrivals_(new arrival[size_t(world_size)]),
-    arrived_(new std::atomic<uint64_t>[size_t(world_size)]) {
-  for (int r = 0; r < world_size; ++r)
-    arrived_[size_t(r)].store(0, std::memory_order_relaxed);
+    arrived_(new arrived_epoch[size_t(world_size)]) {
+  // nop
 }
 
 std::shared_ptr<arrival_hub> arrival_hub::of(const std::string& segment_name,

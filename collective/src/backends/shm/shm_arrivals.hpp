@@ -88,13 +88,19 @@ class arrival_hub {
   void wait_unclaimed(int r) const noexcept;
 
   /// The epoch each rank reached, for the watchdog's error text.
-  std::atomic<uint64_t>& arrived(int r) noexcept { return arrived_[size_t(r)]; }
+  std::atomic<uint64_t>& arrived(int r) noexcept {
+    return arrived_[size_t(r)].epoch;
+  }
 
  private:
   std::string group_;
   int world_size_;
   std::unique_ptr<arrival[]> arrivals_;
-  std::unique_ptr<std::atomic<uint64_t>[]> arrived_;
+  // One cache line each: every rank writes its own at every step.
+  struct alignas(64) arrived_epoch {
+    std::atomic<uint64_t> epoch{0};
+  };
+  std::unique_ptr<arrived_epoch[]> arrived_;
   std::atomic<uint64_t> won_epoch_{0};
 };
 

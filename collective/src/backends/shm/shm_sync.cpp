@@ -259,6 +259,12 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
 }
 
 std::string shm_backend::disagreement(int parity) const {
+  // The common case allocates nothing.
+  auto first = seg_.control(0).notice[parity].key;
+  bool same = true;
+  for (int r = 1; r < world_size_; ++r)
+    same = same && seg_.control(r).notice[parity].key == first;
+  if (same) return {};
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
     keys[seg_.control(r).notice[parity].key].push_back(r);
