@@ -41,9 +41,11 @@ class work {
   /// Waits at most `timeout`; returns whether the operation finished.
   bool wait_for(std::chrono::milliseconds timeout) const;
 
-  /// Runs `fn` once the operation finished: on the lane thread that
-  /// completes it, or right away in the caller if it is complete already.
-  /// `fn` must not block; actors use it to send themselves a message.
+  /// Runs `fn` once the operation finished: on the thread that completes
+  /// it (the group's lane; for a small shm op of ranks in one process, the
+  /// thread of whichever rank arrived last, possibly inside that rank's own
+  /// call), or right away in the caller if it is complete already. `fn`
+  /// must not block; actors use it to send themselves a message.
   void on_complete(callback fn) const;
 
  private:
