@@ -64,7 +64,8 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     auto created = detail::make_backend(self->cfg_, &self->broken_);
     if (!created) {
       self->break_with(created.error());
-      state->complete(created.error());
+      detail::lane::when_idle(
+        [state, err = created.error()] { state->complete(err); });
       return;
     }
     {
@@ -75,7 +76,7 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     static auto& log = detail::logger_for("group");
     log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
               self->cfg_.rank, self->cfg_.world_size, self->backend_->name());
-    state->complete({});
+    detail::lane::when_idle([state] { state->complete({}); });
   });
   self->formed_ = work{state};
   if (formed != nullptr) *formed = self->formed_;
@@ -223,7 +224,9 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         self->after_failure(err);
       }
       self->history_.finished(state->seq(), p2p, err);
-      state->complete(std::move(err));
+      detail::lane::when_idle([state, err = std::move(err)]() mutable {
+        state->complete(std::move(err));
+      });
     };
   };
   bool run_here = false;
@@ -251,6 +254,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     if (!run_here && !start_here) target.post(make_task(std::move(body)));
   }
   if (run_here) {
+    detail::lane::task_scope completions; // announced after the release
     auto task = make_task(std::move(body));
     task();
     task = nullptr;

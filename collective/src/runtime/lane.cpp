@@ -65,11 +65,39 @@ void lane::run(std::shared_ptr<queue_state> state) {
     state->tasks.pop_front();
     state->busy = true;
     guard.unlock();
-    fn();
-    fn = nullptr; // release captures before taking the lock again
+    {
+      task_scope completions; // announced once the lane is free again
+      fn();
+      fn = nullptr; // release captures before taking the lock again
+      guard.lock();
+      state->busy = false;
+      guard.unlock();
+    }
     guard.lock();
-    state->busy = false;
   }
+}
+
+namespace {
+
+thread_local lane::task_scope* current_scope = nullptr;
+
+} // namespace
+
+lane::task_scope::task_scope() noexcept : outer_(current_scope) {
+  current_scope = this;
+}
+
+lane::task_scope::~task_scope() {
+  current_scope = outer_;
+  for (auto& fn : deferred_)
+    fn();
+}
+
+void lane::when_idle(std::function<void()> fn) {
+  if (current_scope != nullptr)
+    current_scope->deferred_.push_back(std::move(fn));
+  else
+    fn();
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace caf_collective::detail {
 
@@ -36,6 +37,29 @@ class lane {
 
   /// Ends a successful `try_claim`.
   void release();
+
+  /// Runs `fn` once the lane task this thread runs is over and its lane is
+  /// free again (right away on a thread that runs no lane task). Ops
+  /// announce their completion this way: whoever learns of it and submits
+  /// the next op finds the lane idle, so that op may run on the submitter's
+  /// thread.
+  static void when_idle(std::function<void()> fn);
+
+  /// While alive, `when_idle` on this thread defers to its destruction:
+  /// the lane thread holds one around each task, a caller running a task
+  /// on a claimed lane holds one until after `release`.
+  class task_scope {
+   public:
+    task_scope() noexcept;
+    ~task_scope();
+    task_scope(const task_scope&) = delete;
+    task_scope& operator=(const task_scope&) = delete;
+
+   private:
+    task_scope* outer_;
+    std::vector<std::function<void()>> deferred_;
+    friend class lane;
+  };
 
   /// Whether the caller runs on this lane's thread.
   bool on_lane() const noexcept {
