@@ -64,8 +64,7 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     auto created = detail::make_backend(self->cfg_, &self->broken_);
     if (!created) {
       self->break_with(created.error());
-      detail::lane::when_idle(
-        [state, err = created.error()] { state->complete(err); });
+      detail::lane::complete_when_idle(state, created.error());
       return;
     }
     {
@@ -76,7 +75,7 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
     static auto& log = detail::logger_for("group");
     log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
               self->cfg_.rank, self->cfg_.world_size, self->backend_->name());
-    detail::lane::when_idle([state] { state->complete({}); });
+    detail::lane::complete_when_idle(state, {});
   });
   self->formed_ = work{state};
   if (formed != nullptr) *formed = self->formed_;
@@ -224,9 +223,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         self->after_failure(err);
       }
       self->history_.finished(state->seq(), p2p, err);
-      detail::lane::when_idle([state, err = std::move(err)]() mutable {
-        state->complete(std::move(err));
-      });
+      detail::lane::complete_when_idle(state, std::move(err));
     };
   };
   bool run_here = false;

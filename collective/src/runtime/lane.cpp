@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "runtime/work_state.hpp"
+
 namespace caf_collective::detail {
 
 lane::lane(const std::string& name) : state_(std::make_shared<queue_state>()) {
@@ -89,15 +91,20 @@ lane::task_scope::task_scope() noexcept : outer_(current_scope) {
 
 lane::task_scope::~task_scope() {
   current_scope = outer_;
-  for (auto& fn : deferred_)
-    fn();
+  if (first_.state) first_.state->complete(std::move(first_.err));
+  for (auto& x : more_)
+    x.state->complete(std::move(x.err));
 }
 
-void lane::when_idle(std::function<void()> fn) {
-  if (current_scope != nullptr)
-    current_scope->deferred_.push_back(std::move(fn));
+void lane::complete_when_idle(std::shared_ptr<work_state> state,
+                              caf::error err) {
+  auto* scope = current_scope;
+  if (scope == nullptr)
+    state->complete(std::move(err));
+  else if (!scope->first_.state)
+    scope->first_ = {std::move(state), std::move(err)};
   else
-    fn();
+    scope->more_.push_back({std::move(state), std::move(err)});
 }
 
 namespace {

@@ -11,7 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include <caf/error.hpp>
+
 namespace caf_collective::detail {
+
+class work_state;
 
 class lane {
  public:
@@ -38,16 +42,16 @@ class lane {
   /// Ends a successful `try_claim`.
   void release();
 
-  /// Runs `fn` once the lane task this thread runs is over and its lane is
-  /// free again (right away on a thread that runs no lane task). Ops
-  /// announce their completion this way: whoever learns of it and submits
-  /// the next op finds the lane idle, so that op may run on the submitter's
-  /// thread.
-  static void when_idle(std::function<void()> fn);
+  /// Completes `state` with `err` once the lane task this thread runs is
+  /// over and its lane is free again (right away on a thread that runs no
+  /// lane task): whoever learns of the completion and submits the next op
+  /// finds the lane idle, so that op may run on the submitter's thread.
+  static void complete_when_idle(std::shared_ptr<work_state> state,
+                                 caf::error err);
 
-  /// While alive, `when_idle` on this thread defers to its destruction:
-  /// the lane thread holds one around each task, a caller running a task
-  /// on a claimed lane holds one until after `release`.
+  /// While alive, `complete_when_idle` on this thread defers to its
+  /// destruction: the lane thread holds one around each task, a caller
+  /// running a task on a claimed lane holds one until after `release`.
   class task_scope {
    public:
     task_scope() noexcept;
@@ -56,8 +60,14 @@ class lane {
     task_scope& operator=(const task_scope&) = delete;
 
    private:
+    struct completion {
+      std::shared_ptr<work_state> state;
+      caf::error err;
+    };
     task_scope* outer_;
-    std::vector<std::function<void()>> deferred_;
+    // A task completes one op: the first needs no allocation.
+    completion first_;
+    std::vector<completion> more_;
     friend class lane;
   };
 
