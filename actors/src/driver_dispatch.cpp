@@ -14,6 +14,7 @@
 
 #include "driver_failure.hpp"
 #include "driver_validation.hpp"
+#include "op_plan.hpp"
 
 namespace caf_collective::detail {
 
@@ -42,21 +43,8 @@ void report(driver_ptr self, const std::string& name, uint64_t gen,
   if (--op.outstanding == 0) answer(self, *g, seq);
 }
 
-// Makes sure the group's deadline timer fires by `deadline`. One timer per
-// group instead of one per op: ops usually finish long before their
-// deadline, and every timer wakes CAF's clock thread on the op's path.
-void arm_deadline(driver_ptr self, group_entry& g,
-                  caf::actor_clock::time_point deadline) {
-  if (g.deadline_armed && g.armed_for <= deadline) return;
-  g.deadline_armed = true;
-  g.armed_for = deadline;
-  self->delayed_send(self, deadline - self->clock().now(), op_tmo_atom::value,
-                     g.name, g.gen);
-}
-
 void start_op(driver_ptr self, group_entry& g, pending_op op) {
   auto seq = g.next_seq++;
-  op.seq = seq;
   auto W = static_cast<size_t>(g.world_size);
   op.replied.assign(W, false);
   // Ranks outside a send/recv pair get no start: their lanes number
@@ -102,26 +90,30 @@ void checked(driver_ptr self, group_entry& g,
   auto head = std::move(g.queue.front());
   g.queue.pop_front();
   g.checking = false;
-  std::vector<int> bad;
-  caf::error first;
-  std::string details;
-  for (auto& [r, e] : failures) {
-    if (!e) continue;
-    bad.push_back(static_cast<int>(r));
-    if (!first) first = e;
-    details += "; rank " + std::to_string(r) + ": " + render(e);
-  }
+  rank_failures bad;
+  for (auto& [r, e] : failures)
+    bad.add(r, e);
   if (bad.empty()) {
     start_op(self, g, std::move(head));
   } else {
-    auto code = is_collective_error(first) ? code_of(first) : errc::peer_lost;
+    auto code =
+      is_collective_error(bad.first) ? code_of(bad.first) : errc::peer_lost;
     head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
                                 "refused before any data moved: ranks " +
-                                  list_ranks(bad) + details));
+                                  list_ranks(bad.ranks) + bad.details));
   }
 }
 
 } // namespace
+
+void arm_deadline(driver_ptr self, group_entry& g,
+                  caf::actor_clock::time_point deadline) {
+  if (g.deadline_armed && g.armed_for <= deadline) return;
+  g.deadline_armed = true;
+  g.armed_for = deadline;
+  self->delayed_send(self, deadline - self->clock().now(), op_tmo_atom::value,
+                     g.name, g.gen);
+}
 
 caf::result<op_result> submit_op(driver_ptr self, op_request& req) {
   auto i = self->state.groups.find(req.group);
@@ -207,15 +199,9 @@ void answer(driver_ptr self, group_entry& g, uint64_t seq) {
   if (i == g.running.end()) return;
   auto op = std::move(i->second);
   g.running.erase(i);
-  std::vector<int> failed;
-  caf::error first;
-  std::string details;
-  for (size_t r = 0; r < op.errors.size(); ++r) {
-    if (!op.errors[r]) continue;
-    failed.push_back(static_cast<int>(r));
-    if (!first) first = op.errors[r];
-    details += "; rank " + std::to_string(r) + ": " + render(op.errors[r]);
-  }
+  rank_failures failed;
+  for (size_t r = 0; r < op.errors.size(); ++r)
+    failed.add(r, op.errors[r]);
   if (!failed.empty() && !op.answer_deferred &&
       std::any_of(op.errors.begin(), op.errors.end(), [](const auto& e) {
         return e && is_collective_error(e) && code_of(e) == errc::peer_lost;
@@ -231,17 +217,18 @@ void answer(driver_ptr self, group_entry& g, uint64_t seq) {
   if (self->state.timing.on()) self->state.timing.answered(op.stamps);
   if (failed.empty()) {
     op_result res{g.name, seq, {}};
-    if (op.req.op == op_kind::allreduce || op.req.op == op_kind::broadcast ||
-        op.req.op == op_kind::reduce)
+    if (in_place(op.req.op))
       res.refs = std::move(op.req.refs);
     else if (op.req.op != op_kind::barrier)
       res.refs = std::move(op.outs);
     op.rp.deliver(std::move(res));
     return;
   }
-  auto code = is_collective_error(first) ? code_of(first) : errc::backend_error;
-  auto err = group_error(code, g, op.req.op, static_cast<int64_t>(seq), -1,
-                         "failed on ranks " + list_ranks(failed) + details);
+  auto code = is_collective_error(failed.first) ? code_of(failed.first)
+                                                : errc::backend_error;
+  auto err =
+    group_error(code, g, op.req.op, static_cast<int64_t>(seq), -1,
+                "failed on ranks " + list_ranks(failed.ranks) + failed.details);
   op.rp.deliver(err);
   // The ranks may have diverged mid-op: nothing later can run safely.
   if (g.state == group_state::ready) break_group(self, g, err, false);

@@ -24,6 +24,12 @@ caf::result<op_result> submit_op(driver_ptr self, op_request& req);
 /// nothing starts before the group is ready.
 void pump(driver_ptr self, group_entry& g);
 
+/// Makes sure the group's deadline timer fires by `deadline`. One timer per
+/// group instead of one per op: ops usually finish long before their
+/// deadline, and every timer wakes CAF's clock thread on the op's path.
+void arm_deadline(driver_ptr self, group_entry& g,
+                  caf::actor_clock::time_point deadline);
+
 /// Answers the client of running op `seq` from its ranks' reports: the
 /// result refs, or one error naming the failed ranks (which breaks the
 /// group). A report of a lost peer defers the answer by the driver's grace

@@ -12,6 +12,8 @@
 #include "caf_collective/error.hpp"
 #include "caf_collective/log.hpp"
 
+#include "driver_dispatch.hpp"
+
 namespace caf_collective::detail {
 
 namespace {
@@ -140,12 +142,7 @@ void on_op_deadline(driver_ptr self, const std::string& name, uint64_t gen) {
                             });
   if (j->second.deadline > now) {
     // The op this timer was armed for finished; the next one is due later.
-    if (!g.deadline_armed || g.armed_for > j->second.deadline) {
-      g.deadline_armed = true;
-      g.armed_for = j->second.deadline;
-      self->delayed_send(self, j->second.deadline - now, op_tmo_atom::value,
-                         g.name, g.gen);
-    }
+    arm_deadline(self, g, j->second.deadline);
     return;
   }
   auto seq = j->first;

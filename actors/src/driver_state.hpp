@@ -47,7 +47,6 @@ using answer_atom = caf::atom_constant<caf::atom("col_answer")>;
 struct pending_op {
   /// Tells the queue's head apart from a later op while its checks run.
   uint64_t id = 0;
-  uint64_t seq = 0;
   op_request req;
   caf::response_promise rp;
   std::vector<start_msg> starts; // per rank, computed by validation
@@ -151,6 +150,23 @@ inline caf::error group_error(errc code, const group_entry& g,
   where.world_size = g.world_size;
   return make_error(code, where, std::move(detail));
 }
+
+/// The ranks whose errors are set, the first such error and "; rank r:
+/// <error>" for each, as the driver's answers name them.
+struct rank_failures {
+  std::vector<int> ranks;
+  caf::error first;
+  std::string details;
+
+  void add(size_t rank, const caf::error& err) {
+    if (!err) return;
+    ranks.push_back(static_cast<int>(rank));
+    if (!first) first = err;
+    details += "; rank " + std::to_string(rank) + ": " + render(err);
+  }
+
+  bool empty() const noexcept { return ranks.empty(); }
+};
 
 /// An error about a group the driver has no entry for (yet).
 inline caf::error name_error(errc code, const std::string& name,
