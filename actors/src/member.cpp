@@ -301,13 +301,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     else
       op.rp.deliver(std::move(ref.error()));
   };
-  // Fails every op that still waits for its group to exist.
-  auto fail_waiting = [=](member_group& g, const caf::error& err) {
-    std::vector<uint64_t> keys;
-    for (auto& [key, op] : g.ops)
-      keys.push_back(key);
-    for (auto key : keys)
-      finish(g, key, err);
+  // Fails every op of the group still in flight (finish erases each).
+  auto fail_all = [=](member_group& g, const caf::error& err) {
+    while (!g.ops.empty())
+      finish(g, g.ops.begin()->first, err);
   };
   // Hands op `seq` to the group's lane; its completion comes back as a
   // message. Without a group yet, the op waits in `ops` until init.
@@ -351,6 +348,12 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
                      worker_scope::current());
     });
   };
+  // Launches every op of the group not launched yet, in the order the
+  // member started them (launch adds and removes no op).
+  auto launch_all = [=](const std::string& name, member_group& g) {
+    for (auto& [key, op] : g.ops)
+      launch(name, key);
+  };
   // Runs the op now, or after the member's fault-injection delay.
   auto enqueue = [=](member_group& g, uint64_t key, inflight op) {
     g.ops.emplace(key, std::move(op));
@@ -387,14 +390,13 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         g.reason = grp.error();
         self->send(st->driver, ready_atom::value, name, gen, g.m.rank,
                    grp.error(), std::string{});
-        fail_waiting(g, grp.error());
+        fail_all(g, grp.error());
         return;
       }
       g.grp = std::move(*grp);
       // Member-initiated ops started before the group existed queue behind
-      // its formation now, in the order the member started them.
-      for (auto& [key, op] : g.ops)
-        launch(name, key);
+      // its formation now.
+      launch_all(name, g);
       formed.on_complete([addr, name, gen](const caf::error& err) {
         if (auto hdl = caf::actor_cast<caf::actor>(addr))
           caf::anon_send(hdl, formed_atom::value, name, gen, err);
@@ -490,12 +492,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         else
           rp.deliver(std::move(result));
       }
-      // The ops started after the job, in the order they were started.
-      std::vector<uint64_t> held;
-      for (auto& [k, op] : g->ops)
-        if (!op.launched) held.push_back(k);
-      for (auto k : held)
-        launch(name, k);
+      // The ops started after the job.
+      launch_all(name, *g);
     },
     [=](submit_atom, const std::string& name, uint64_t seq) {
       launch(name, seq);
@@ -511,11 +509,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       g->reason = why;
       if (g->grp) g->grp->abort(render(why));
       // Ops whose start is still delayed never reach the lane: fail them.
-      std::vector<uint64_t> seqs;
-      for (auto& [seq, op] : g->ops)
-        seqs.push_back(seq);
-      for (auto seq : seqs)
-        finish(*g, seq, why);
+      fail_all(*g, why);
     },
     [=](leave_atom, const std::string& name) {
       auto i = st->groups.find(name);

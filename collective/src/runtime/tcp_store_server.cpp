@@ -1,6 +1,7 @@
 // The TCP rendezvous store's server: an accept thread and one thread per
-// client connection (a group has at most max_world_size members, and each
-// keeps one connection). Keys live in memory, apart per run id.
+// client connection (a group has at most max_world_size members; each
+// client keeps one pooled connection per request it has in flight, see
+// tcp_store_client.cpp). Keys live in memory, apart per run id.
 #include "caf_collective/rendezvous.hpp"
 
 #include <arpa/inet.h>

@@ -242,18 +242,18 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   where.rank = cfg.rank;
   where.world_size = cfg.world_size;
   ignore_sigpipe_once();
+  auto host = resolve_hostname(cfg);
+  if (auto problem = host_problem(host); !problem.empty())
+    return make_error(errc::backend_error, where,
+                      "forming the group failed: " + problem);
   gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
-                             cfg.rank, cfg.world_size, resolve_hostname(cfg),
-                             cfg.timeout};
+                             cfg.rank, cfg.world_size, host, cfg.timeout};
   formation_watchdog watchdog{cfg.rank, cfg.world_size,
                               std::chrono::steady_clock::now() + cfg.timeout,
                               [&adapter] { return adapter.own_addresses(); }};
-  if (auto problem = host_problem(resolve_hostname(cfg)); !problem.empty())
-    return make_error(errc::backend_error, where,
-                      "forming the group failed: " + problem);
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = resolve_hostname(cfg);
+    attr.hostname = host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx =
       std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);

@@ -1,5 +1,7 @@
 #include "backends/gloo/gloo_formation_watchdog.hpp"
 
+#include "backends/gloo/gloo_peer_check.hpp"
+
 #include <cerrno>
 
 #include <netinet/in.h>
@@ -10,31 +12,6 @@
 #include <gloo/transport/tcp/address.h>
 
 namespace caf_collective::detail {
-
-namespace {
-
-// Connects to `ss` and closes at once; whether something accepted.
-bool poke(const sockaddr_storage& ss) {
-  int fd =
-    ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  auto len = static_cast<socklen_t>(
-    ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-  bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) == 0;
-  if (!ok && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, 200) == 1) {
-      int err = 0;
-      socklen_t err_len = sizeof(err);
-      ok =
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && err == 0;
-    }
-  }
-  ::close(fd);
-  return ok;
-}
-
-} // namespace
 
 formation_watchdog::formation_watchdog(
   int rank, int world_size, std::chrono::steady_clock::time_point deadline,
@@ -82,7 +59,12 @@ void formation_watchdog::fire() {
     auto index = static_cast<size_t>(peer < rank_ ? peer : peer - 1);
     std::vector<char> chunk{value.begin() + index * size,
                             value.begin() + (index + 1) * size};
-    if (poke(gloo::transport::tcp::Address{chunk}.getSockaddr()))
+    gloo::transport::tcp::Address addr{chunk};
+    const auto& ss = addr.getSockaddr();
+    auto len = static_cast<socklen_t>(
+      ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    if (accepts_connection(reinterpret_cast<const sockaddr*>(&ss), len,
+                           std::chrono::milliseconds{200}))
       late_.push_back(peer);
   }
 }

@@ -16,6 +16,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/group.hpp"
 
 namespace caf_collective::detail {
 
@@ -51,22 +52,7 @@ bool answers(const std::string& where, milliseconds limit) {
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0)
     return false;
-  bool ok = false;
-  int fd =
-    ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    ok = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
-    if (!ok && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        ok =
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-      }
-    }
-    ::close(fd);
-  }
+  bool ok = accepts_connection(found->ai_addr, found->ai_addrlen, limit);
   ::freeaddrinfo(found);
   return ok;
 }
@@ -98,6 +84,25 @@ peer_check::peer_check(int rank, int world_size)
   // nop
 }
 
+bool accepts_connection(const sockaddr* addr, socklen_t len,
+                        std::chrono::milliseconds limit) {
+  int fd =
+    ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ok = ::connect(fd, addr, len) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+      int err = 0;
+      socklen_t err_len = sizeof(err);
+      ok =
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && err == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
 peer_check::~peer_check() {
   if (fd_ >= 0) ::close(fd_);
 }
@@ -117,7 +122,7 @@ caf::error peer_check::run(rendezvous_store& store, const std::string& host,
   fd_ = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   bool bound = fd_ >= 0 &&
                ::bind(fd_, found->ai_addr, found->ai_addrlen) == 0 &&
-               ::listen(fd_, SOMAXCONN) == 0;
+               ::listen(fd_, std::max(SOMAXCONN, max_world_size)) == 0;
   ::freeaddrinfo(found);
   if (!bound)
     return make_error(errc::backend_error,

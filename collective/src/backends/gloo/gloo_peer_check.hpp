@@ -22,7 +22,14 @@
 
 #include "caf_collective/rendezvous.hpp"
 
+#include <sys/socket.h>
+
 namespace caf_collective::detail {
+
+/// Connects to `addr` without blocking and closes at once: whether
+/// something accepted within `limit`.
+bool accepts_connection(const sockaddr* addr, socklen_t len,
+                        std::chrono::milliseconds limit);
 
 /// One rank's side of the check. Open it before the first peer key is
 /// read; it closes its liveness socket when destroyed.

@@ -82,8 +82,7 @@ struct need {
 
 class shm_backend : public backend {
  public:
-  /// `segment_name`: the name every rank attached by.
-  shm_backend(const group_config& cfg, segment seg, std::string segment_name);
+  shm_backend(const group_config& cfg, segment seg);
 
   ~shm_backend() override;
 
@@ -166,7 +165,10 @@ class shm_backend : public backend {
   bool direct() const noexcept { return direct_; }
 
   /// Waits until every rank attached, then removes the segment's name.
-  caf::error finish_formation(std::chrono::steady_clock::time_point deadline);
+  /// `segment_name`: the name every rank attached by (it keys the ranks'
+  /// shared arrival table in direct mode).
+  caf::error finish_formation(const std::string& segment_name,
+                              std::chrono::steady_clock::time_point deadline);
 
  private:
   using clock = std::chrono::steady_clock;
@@ -341,7 +343,6 @@ class shm_backend : public backend {
   std::vector<std::byte> inplace_;
   std::vector<const std::byte*> sources_; // one per rank, for reduce_range
   std::vector<need> needs_;               // what a copy op reads, per call
-  std::string segment_name_;              // the hub's key
   // Direct mode: ops started without blocking, shared with the peers.
   std::shared_ptr<arrival_hub> hub_;
   std::vector<std::byte> served_; // a finisher's result, one small slot

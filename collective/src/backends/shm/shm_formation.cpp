@@ -64,8 +64,7 @@ std::string host_identity() {
   return boot_id + "/" + host;
 }
 
-shm_backend::shm_backend(const group_config& cfg, segment seg,
-                         std::string segment_name)
+shm_backend::shm_backend(const group_config& cfg, segment seg)
   : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
     seg_(std::move(seg)), pids_(size_t(cfg.world_size), 0),
     pidfds_(size_t(cfg.world_size), -1), acc_(16 * 2048), tmp_(16 * 2048),
@@ -74,8 +73,6 @@ shm_backend::shm_backend(const group_config& cfg, segment seg,
   // Published before this rank counts itself as attached (finish_formation).
   seg_.control(rank_).probe_addr = reinterpret_cast<uint64_t>(&probe_word_);
   seg_.control(rank_).pid = static_cast<int32_t>(getpid());
-  segment_name_ = std::move(segment_name);
-  served_.resize(seg_.small_bytes());
 }
 
 shm_backend::~shm_backend() {
@@ -150,8 +147,8 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
     return formation_error(cfg, errc::backend_error, render(seg.error()));
   if (cfg.rank == 0)
     if (auto err = store->set("segment", bytes_of(name))) return err;
-  auto result = std::make_unique<shm_backend>(cfg, std::move(*seg), name);
-  if (auto err = result->finish_formation(deadline))
+  auto result = std::make_unique<shm_backend>(cfg, std::move(*seg));
+  if (auto err = result->finish_formation(name, deadline))
     return formation_error(cfg, code_of(err), render(err));
   return backend_ptr{std::move(result)};
 }

@@ -349,7 +349,8 @@ void shm_backend::abort(std::string_view why) {
   take_announcements(); // the readers are done with our buffers
 }
 
-caf::error shm_backend::finish_formation(clock::time_point deadline) {
+caf::error shm_backend::finish_formation(const std::string& segment_name,
+                                         clock::time_point deadline) {
   auto& h = seg_.header();
   h.attached.fetch_add(1, std::memory_order_acq_rel);
   ring();
@@ -376,7 +377,10 @@ caf::error shm_backend::finish_formation(clock::time_point deadline) {
   }
   direct_ = std::all_of(pids_.begin(), pids_.end(),
                         [&](int32_t pid) { return pid == pids_[0]; });
-  if (direct_) hub_ = arrival_hub::of(segment_name_, group_name_, world_size_);
+  if (direct_) {
+    hub_ = arrival_hub::of(segment_name, group_name_, world_size_);
+    served_.resize(seg_.small_bytes());
+  }
   if (!direct_)
     if (auto err = agree_on_single_copy(deadline)) {
       seg_.unlink();
