@@ -3,13 +3,9 @@
 // with torchrun-style and Slurm-style environments forming a group.
 #include <chrono>
 #include <functional>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <caf/expected.hpp>
 

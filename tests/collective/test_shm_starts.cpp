@@ -34,30 +34,23 @@ void run_threads(int world, const std::string& name,
     timeout);
 }
 
-/// The error of `w`, which must end within `limit`.
-caf::error outcome(rank_log& log, const col::work& w, col::milliseconds limit) {
-  if (!w.wait_for(limit)) {
-    log.fail("the op did not end within " + std::to_string(limit.count()) +
-             " ms");
-    return w.wait();
+/// The error the blocking API throws, or none.
+template<class Fn>
+caf::error blocking(Fn&& fn) {
+  try {
+    fn();
+  } catch (const col::collective_error& e) {
+    return e.error();
   }
-  return w.wait();
+  return {};
 }
 
-void expect_code(rank_log& log, const std::string& what, const caf::error& err,
-                 col::errc code, std::initializer_list<std::string> needles) {
-  if (!err) {
-    log.fail(what + ": succeeded, expected " +
-             std::string{col::to_string(code)});
-    return;
-  }
-  auto text = col::render(err);
-  if (col::code_of(err) != code)
-    log.fail(what + ": " + text + ", expected " +
-             std::string{col::to_string(code)});
-  for (const auto& needle : needles)
-    if (text.find(needle) == std::string::npos)
-      log.fail(what + ": the error does not mention '" + needle + "': " + text);
+/// The error of `w`, which must end within `limit`.
+caf::error outcome(rank_log& log, const col::work& w, col::milliseconds limit) {
+  if (!w.wait_for(limit))
+    log.fail("the op did not end within " + std::to_string(limit.count()) +
+             " ms");
+  return w.wait();
 }
 
 } // namespace
@@ -108,13 +101,14 @@ TEST_CASE("shm starts: ranks that wait and ranks that do not get the same "
       col::broadcast_options from;
       from.root = i % world;
       std::vector<int32_t> b(n, rank == from.root ? 1000 + i : -7);
-      err = waits ? (col::broadcast(col::view_of(b), from.root, "starts-mixed"),
-                     caf::error{})
+      err = waits ? blocking([&] {
+        col::broadcast(col::view_of(b), from.root, "starts-mixed");
+      })
                   : g->broadcast(col::view_of(b), col::view_of(b), from).wait();
       log.expect(!err && b[0] == 1000 + i && b[n - 1] == 1000 + i,
                  "broadcast round " + std::to_string(i) + ": " +
                    std::to_string(b[0]) + " " + col::render(err));
-      err = waits ? (col::barrier("starts-mixed"), caf::error{})
+      err = waits ? blocking([] { col::barrier("starts-mixed"); })
                   : g->barrier().wait();
       log.expect(!err, "barrier round " + std::to_string(i) + ": " +
                          col::render(err));
@@ -130,17 +124,6 @@ namespace {
 /// without blocking, into `out`.
 using op_runner = std::function<caf::error(bool waits, const col::tensor_view&,
                                            const col::tensor_view&)>;
-
-/// The error the blocking API throws, or none.
-template<class Fn>
-caf::error blocking(Fn&& fn) {
-  try {
-    fn();
-  } catch (const col::collective_error& e) {
-    return e.error();
-  }
-  return {};
-}
 
 /// Compares the start path with the blocking path (whose results the
 /// shared correctness suites check against references): same inputs, the
@@ -271,41 +254,84 @@ TEST_CASE("shm starts: every op, dtype and reduce op started without "
   }
 }
 
-TEST_CASE("shm starts: the last rank to arrive finishes the op for every "
-          "rank on its own thread, before its call returns") {
+TEST_CASE("shm starts: for every op, the last rank to arrive finishes it "
+          "for every rank on its own thread, before its call returns") {
   constexpr int world = 3;
-  std::latch arrived{world - 1};
-  std::latch reported{world}; // every rank's completion callback ran
-  std::array<std::thread::id, world> finished_on{};
-  std::thread::id last_thread;
-  run_threads(world, "starts-last", [&](int rank, rank_log& log) {
-    auto g = col::get_group("starts-last");
-    std::vector<int32_t> x(5, rank + 1);
-    if (rank == world - 1) {
-      arrived.wait();
-      last_thread = std::this_thread::get_id();
-    }
-    auto w = g->allreduce(col::view_of(x), col::view_of(x));
-    w.on_complete([&, rank](const caf::error&) {
-      finished_on[size_t(rank)] = std::this_thread::get_id();
-      reported.count_down();
+  constexpr size_t count = 5;
+  using starter = std::function<col::work(col::group&, const col::tensor_view&,
+                                          const col::tensor_view&)>;
+  // Every op with a start form, on `count` elements per rank (in: world x
+  // count where the op takes a block per rank).
+  const std::vector<std::pair<std::string, starter>> ops{
+    {"allreduce",
+     [](col::group& g, auto in, auto out) {
+       return g.allreduce(in.slice(0, count), out.slice(0, count));
+     }},
+    {"reduce",
+     [](col::group& g, auto in, auto out) {
+       return g.reduce(in.slice(0, count), out.slice(0, count), {});
+     }},
+    {"broadcast",
+     [](col::group& g, auto in, auto out) {
+       return g.broadcast(in.slice(0, count), out.slice(0, count), {});
+     }},
+    {"allgather",
+     [](col::group& g, auto in, auto out) {
+       return g.allgather(in.slice(0, count), out);
+     }},
+    {"gather", [](col::group& g, auto in,
+                  auto out) { return g.gather(in.slice(0, count), out, {}); }},
+    {"scatter",
+     [](col::group& g, auto in, auto out) {
+       return g.scatter(in, out.slice(0, count), {});
+     }},
+    {"reduce_scatter",
+     [](col::group& g, auto in, auto out) {
+       return g.reduce_scatter(in, out.slice(0, count));
+     }},
+    {"alltoall",
+     [](col::group& g, auto in, auto out) { return g.alltoall(in, out); }},
+    {"barrier", [](col::group& g, auto, auto) { return g.barrier(); }},
+  };
+  for (const auto& [what, start] : ops) {
+    std::latch arrived{world - 1};
+    std::latch reported{world}; // every rank's completion callback ran
+    std::array<std::thread::id, world> finished_on{};
+    std::thread::id last_thread;
+    run_threads(world, "starts-last-" + what, [&](int rank, rank_log& log) {
+      auto g = col::get_group("starts-last-" + what);
+      std::vector<int32_t> x(count * world, rank + 1);
+      std::vector<int32_t> y(count * world, 0);
+      if (rank == world - 1) {
+        arrived.wait();
+        last_thread = std::this_thread::get_id();
+      }
+      auto w = start(*g, col::view_of(x), col::view_of(y));
+      w.on_complete([&, rank](const caf::error&) {
+        finished_on[size_t(rank)] = std::this_thread::get_id();
+        reported.count_down();
+      });
+      if (rank == world - 1) {
+        // No lane thread ran it: the op was over when the call returned.
+        log.expect(w.ready(), what + ": the last rank's op was not over on "
+                                     "return");
+      } else {
+        log.expect(!w.ready(),
+                   what + ": an op was over before every rank arrived");
+        arrived.count_down();
+      }
+      auto err = outcome(log, w, 10s);
+      log.expect(!err, what + ": " + col::render(err));
+      if (what == "allreduce")
+        log.expect(y[0] == 6 && y[count - 1] == 6,
+                   "allreduce: " + std::to_string(y[0]));
+      reported.wait();
+      for (int r = 0; r < world; ++r)
+        log.expect(finished_on[size_t(r)] == last_thread,
+                   what + ": rank " + std::to_string(r) +
+                     "'s op was not finished on the last rank's thread");
     });
-    if (rank == world - 1) {
-      // No lane thread ran it: the op was over when the call returned.
-      log.expect(w.ready(), "the last rank's op was not over on return");
-    } else {
-      log.expect(!w.ready(), "an op was over before every rank arrived");
-      arrived.count_down();
-    }
-    auto err = outcome(log, w, 10s);
-    log.expect(!err && x[0] == 6 && x[4] == 6,
-               "allreduce: " + std::to_string(x[0]) + " " + col::render(err));
-    reported.wait();
-    for (int r = 0; r < world; ++r)
-      log.expect(finished_on[size_t(r)] == last_thread,
-                 "rank " + std::to_string(r) +
-                   "'s op was not finished on the last rank's thread");
-  });
+  }
 }
 
 TEST_CASE("shm starts: a rank that never arrives makes the ranks that did "
@@ -322,8 +348,8 @@ TEST_CASE("shm starts: a rank that never arrives makes the ranks that did "
         auto w = g->allreduce(col::view_of(x), col::view_of(x));
         auto err = outcome(log, w, 10s);
         auto elapsed = clock_type::now() - start;
-        expect_code(log, "allreduce", err, col::errc::timeout,
-                    {"starts-absent", "ranks [2] did not arrive"});
+        test::expect_error_of(log, "allreduce", err, col::errc::timeout,
+                              {"starts-absent", "ranks [2] did not arrive"});
         // The watchdog looks every 20 ms; allow for a loaded machine.
         log.expect(elapsed >= timeout && elapsed < timeout + 3s,
                    "the timeout came after " + std::to_string(elapsed / 1ms) +
@@ -354,8 +380,8 @@ TEST_CASE("shm starts: abort from another rank ends the ops of every rank "
     started.arrive_and_wait();
     auto err = outcome(log, w, 10s);
     auto elapsed = clock_type::now() - start;
-    expect_code(log, "allreduce", err, col::errc::peer_lost,
-                {"starts-abort", "rank 2 left the group"});
+    test::expect_error_of(log, "allreduce", err, col::errc::peer_lost,
+                          {"starts-abort", "rank 2 left the group"});
     log.expect(elapsed < 5s, "the abort took " + std::to_string(elapsed / 1ms) +
                                " ms to arrive (timeout 20 s)");
     done.arrive_and_wait();
@@ -373,15 +399,16 @@ TEST_CASE("shm starts: a rank that does not wait and a rank that does, with "
       rank == 0
         ? outcome(log, g->allreduce(col::view_of(x), col::view_of(x)), 10s)
         : col::allreduce_async(col::view_of(x), "starts-disagree").wait();
-    expect_code(log, "allreduce", err, col::errc::mismatch,
-                {"ranks [0] called allreduce (sum) of 8 float32",
-                 "ranks [1] called allreduce (sum) of 100000 float32"});
+    test::expect_error_of(
+      log, "allreduce", err, col::errc::mismatch,
+      {"ranks [0] called allreduce (sum) of 8 float32",
+       "ranks [1] called allreduce (sum) of 100000 float32"});
     // Both without waiting, other dtypes.
     auto y =
       test::make_tensor(rank == 0 ? col::dtype::int32 : col::dtype::float32, 4);
     err = outcome(log, g->allreduce(y.view(), y.view()), 10s);
-    expect_code(log, "allreduce of other dtypes", err, col::errc::mismatch,
-                {"of 4 int32", "of 4 float32"});
+    test::expect_error_of(log, "allreduce of other dtypes", err,
+                          col::errc::mismatch, {"of 4 int32", "of 4 float32"});
     expect_usable(log, "starts-disagree", 2, rank);
     std::vector<int64_t> z{rank + 1};
     err = outcome(log, g->allreduce(col::view_of(z), col::view_of(z)), 10s);

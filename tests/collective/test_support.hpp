@@ -502,6 +502,26 @@ col::collective_error expect_throw(rank_log& log, const std::string& what,
   return col::collective_error{caf::error{}};
 }
 
+/// Expects `err` to have `code` and a text containing every string of
+/// `needles`.
+inline void expect_error_of(rank_log& log, const std::string& what,
+                            const caf::error& err, col::errc code,
+                            std::initializer_list<std::string> needles) {
+  if (!err) {
+    log.fail(what + ": succeeded, expected " +
+             std::string{col::to_string(code)});
+    return;
+  }
+  auto text = col::render(err);
+  if (col::code_of(err) != code)
+    log.fail(what + ": code " + std::string{col::to_string(col::code_of(err))} +
+             ", expected " + std::string{col::to_string(code)} + " (" + text +
+             ")");
+  for (auto& needle : needles)
+    if (text.find(needle) == std::string::npos)
+      log.fail(what + ": message does not mention '" + needle + "': " + text);
+}
+
 /// Runs `fn`, expects a collective_error with `code` whose what() contains
 /// every string of `needles`.
 template<class Fn>
@@ -509,14 +529,7 @@ inline void expect_error(rank_log& log, const std::string& what, col::errc code,
                          std::initializer_list<std::string> needles, Fn&& fn) {
   auto e = expect_throw(log, what, std::forward<Fn>(fn));
   if (!e.error()) return; // already recorded
-  std::string text = e.what();
-  if (e.code() != code)
-    log.fail(what + ": code " + std::string{col::to_string(e.code())} +
-             ", expected " + std::string{col::to_string(code)} + " (" + text +
-             ")");
-  for (auto& needle : needles)
-    if (text.find(needle) == std::string::npos)
-      log.fail(what + ": message does not mention '" + needle + "': " + text);
+  expect_error_of(log, what, e.error(), code, needles);
 }
 
 /// The same check in the test thread.
