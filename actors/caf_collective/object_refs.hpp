@@ -34,8 +34,10 @@ caf::expected<object_ref> put_object(object_store& store, const T& obj,
                                      uint64_t owner = 0) {
   auto encoded = detail::encode_object(obj, sys);
   if (encoded.failure) return std::move(encoded.failure);
-  std::vector<uint8_t> bytes(encoded.bytes.begin(), encoded.bytes.end());
-  return store.put(tensor::from_vector(bytes), owner);
+  // The store keeps the encoded buffer itself: no copy.
+  auto keep = std::make_shared<std::vector<char>>(std::move(encoded.bytes));
+  tensor_view view{keep->data(), dtype::uint8, keep->size()};
+  return store.put(tensor::adopt(view, std::move(keep)), owner);
 }
 
 /// The object a put_object ref (or a received copy of one) holds.

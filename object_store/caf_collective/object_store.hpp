@@ -88,8 +88,11 @@ class object_store {
   size_t capacity_;
   size_t bytes_ = 0;
   uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, std::shared_ptr<tensor>> objects_;
-  std::unordered_map<uint64_t, uint64_t> owners_; // object id -> owner
+  struct stored {
+    std::shared_ptr<tensor> t;
+    uint64_t owner = 0; // 0: nobody's (released only by release())
+  };
+  std::unordered_map<uint64_t, stored> objects_;
 };
 
 } // namespace caf_collective

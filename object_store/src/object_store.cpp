@@ -53,24 +53,22 @@ caf::expected<object_ref> object_store::put(tensor&& t, uint64_t owner) {
                         std::to_string(objects_.size()) + " objects)");
   object_ref ref{node_, next_id_++, t.type(), t.shape(), t.dev()};
   bytes_ += size;
-  objects_.emplace(ref.id, std::make_shared<tensor>(std::move(t)));
-  if (owner != 0) owners_.emplace(ref.id, owner);
+  objects_.emplace(ref.id,
+                   stored{std::make_shared<tensor>(std::move(t)), owner});
   return ref;
 }
 
 size_t object_store::release_owned_by(uint64_t owner) {
   std::vector<std::shared_ptr<tensor>> dropped; // freed outside the lock
   std::lock_guard<std::mutex> guard{mtx_};
-  for (auto i = owners_.begin(); i != owners_.end();) {
-    if (i->second != owner) {
+  for (auto i = objects_.begin(); i != objects_.end();) {
+    if (owner == 0 || i->second.owner != owner) {
       ++i;
       continue;
     }
-    auto j = objects_.find(i->first);
-    bytes_ -= j->second->nbytes();
-    dropped.push_back(std::move(j->second));
-    objects_.erase(j);
-    i = owners_.erase(i);
+    bytes_ -= i->second.t->nbytes();
+    dropped.push_back(std::move(i->second.t));
+    i = objects_.erase(i);
   }
   return dropped.size();
 }
@@ -84,14 +82,14 @@ caf::expected<pinned_tensor> object_store::lookup(const object_ref& ref) const {
     return make_error(errc::unknown_object,
                       "no object " + std::to_string(ref.id) + " on node " +
                         node_ + " (released or never stored)");
-  if (!same_fingerprint(ref, *i->second)) {
-    object_ref actual{node_, ref.id, i->second->type(), i->second->shape(),
-                      i->second->dev()};
+  const auto& t = *i->second.t;
+  if (!same_fingerprint(ref, t)) {
+    object_ref actual{node_, ref.id, t.type(), t.shape(), t.dev()};
     return make_error(errc::mismatch, "reference " + to_string(ref) +
                                         " disagrees with the stored " +
                                         to_string(actual));
   }
-  return pinned_tensor{i->second};
+  return pinned_tensor{i->second.t};
 }
 
 caf::expected<tensor_view> object_store::get(const object_ref& ref) const {
@@ -112,9 +110,8 @@ caf::error object_store::release(const object_ref& ref) {
   auto t = lookup(ref);
   if (!t) return std::move(t.error());
   auto i = objects_.find(ref.id);
-  bytes_ -= i->second->nbytes();
-  dropped = std::move(i->second);
-  owners_.erase(i->first);
+  bytes_ -= i->second.t->nbytes();
+  dropped = std::move(i->second.t);
   objects_.erase(i);
   return {};
 }
