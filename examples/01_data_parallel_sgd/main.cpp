@@ -25,13 +25,14 @@
 #include <caf_collective/member.hpp>
 #include <caf_collective/read.hpp>
 
+#include "sgd_driver.hpp"
 #include "sgd_problem.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
 
-using grad_atom = caf::atom_constant<caf::atom("grad")>;
-using apply_atom = caf::atom_constant<caf::atom("apply")>;
+using sgd::apply_atom;
+using sgd::grad_atom;
 
 namespace {
 
@@ -89,7 +90,6 @@ int main(int argc, char** argv) {
     std::printf("FAILED: %s\n", what.c_str());
     ok = false;
   };
-  sgd::outcome run;
   std::printf("data-parallel SGD: %d workers, %d samples x %d features, "
               "%d steps, lr %g\n",
               s.workers, s.samples, s.features, s.steps, s.lr);
@@ -97,36 +97,9 @@ int main(int argc, char** argv) {
     fail("group formation: " + col::render(err));
   else if (auto st = col::status_of(self, driver, "dp", 5s))
     std::printf("group 'dp' formed on %s\n", st->backend.c_str());
-  col::allreduce_options avg;
-  avg.op = col::reduce_op::avg;
-  for (int step = 0; ok && step < s.steps; ++step) {
-    std::vector<col::object_ref> refs;
-    double loss = 0;
-    for (auto& w : workers)
-      self->request(w, 5s, grad_atom::value)
-        .receive(
-          [&](const col::object_ref& ref, double l) {
-            refs.push_back(ref);
-            loss += l / s.workers; // equal shards: the mean is the loss
-          },
-          [&](caf::error& e) { fail("gradient: " + col::render(e)); });
-    run.losses.push_back(loss);
-    if (!ok) break;
-    auto result = col::allreduce(self, typed, "dp", refs, avg);
-    if (!result) {
-      fail("allreduce: " + col::render(result.error()));
-      break;
-    }
-    for (size_t r = 0; r < workers.size(); ++r)
-      self->request(workers[r], 5s, apply_atom::value, result->refs[r])
-        .receive([](bool) {},
-                 [&](caf::error& e) { fail("apply: " + col::render(e)); });
-  }
-  // Every worker's weights, compared with a single-process run.
-  for (auto& w : workers)
-    self->request(w, 5s, caf::get_atom::value)
-      .receive([&](std::vector<double>& x) { run.weights.push_back(x); },
-               [&](caf::error& e) { fail("weights: " + col::render(e)); });
+  // Nothing to train if the group did not form.
+  auto run = ok ? sgd::train_by_driver(self, typed, "dp", workers, s, 5s, fail)
+                : sgd::outcome{};
   if (ok) ok = sgd::check(s, run, sgd::single_process_run(*data, s));
   if (!s.plot.empty()) sgd::plot(s.plot, run.losses);
   for (auto& w : workers)

@@ -26,13 +26,14 @@
 #include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
 
+#include "sgd_driver.hpp"
 #include "sgd_problem.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
 
-using grad_atom = caf::atom_constant<caf::atom("sgd_grad")>;
-using apply_atom = caf::atom_constant<caf::atom("sgd_apply")>;
+using sgd::apply_atom;
+using sgd::grad_atom;
 
 namespace {
 
@@ -129,36 +130,10 @@ int main(int argc, char** argv) {
               s.workers, s.samples, s.features, s.steps, s.lr);
   if (auto err = col::await_group(self, driver, "gpu-dp", 60s))
     fail("group formation: " + col::render(err));
-  col::allreduce_options avg;
-  avg.op = col::reduce_op::avg;
-  sgd::outcome run;
-  for (int step = 0; ok && step < s.steps; ++step) {
-    std::vector<col::object_ref> refs;
-    double loss = 0;
-    for (auto& w : workers)
-      self->request(w, 10s, grad_atom::value)
-        .receive(
-          [&](const col::object_ref& ref, double l) {
-            refs.push_back(ref);
-            loss += l / s.workers;
-          },
-          [&](caf::error& e) { fail("gradient: " + col::render(e)); });
-    run.losses.push_back(loss);
-    if (!ok) break;
-    auto result = col::allreduce(self, typed, "gpu-dp", refs, avg);
-    if (!result) {
-      fail("allreduce: " + col::render(result.error()));
-      break;
-    }
-    for (size_t r = 0; r < workers.size(); ++r)
-      self->request(workers[r], 10s, apply_atom::value, result->refs[r])
-        .receive([](bool) {},
-                 [&](caf::error& e) { fail("apply: " + col::render(e)); });
-  }
-  for (auto& w : workers)
-    self->request(w, 10s, caf::get_atom::value)
-      .receive([&](std::vector<double>& x) { run.weights.push_back(x); },
-               [&](caf::error& e) { fail("weights: " + col::render(e)); });
+  // Nothing to train if the group did not form.
+  auto run =
+    ok ? sgd::train_by_driver(self, typed, "gpu-dp", workers, s, 10s, fail)
+       : sgd::outcome{};
   if (ok) ok = sgd::check(s, run, sgd::single_process_run(*data, s));
   if (!s.plot.empty()) sgd::plot(s.plot, run.losses);
   for (auto& w : workers)

@@ -1,4 +1,4 @@
-// The training problem the data-parallel examples share (01, 02, 05): a
+// The training problem the data-parallel examples share (01, 02, 05, 06): a
 // linear model fit by SGD to a synthetic data set, the command line, a run
 // on one process to compare with, and the final report and checks. Each
 // example only says how its workers average their gradients.
