@@ -597,7 +597,7 @@ caf::behavior object_member(caf::event_based_actor* self, int32_t rank,
                            : std::map<std::string, int>{};
       grp.broadcast_object(cfg, 1).then(
         [=](std::map<std::string, int>& got) mutable {
-          if (got.size() != 2 || got["bs"] != 64) {
+          if (got != std::map<std::string, int>{{"lr", 3}, {"bs", 64}}) {
             rp.deliver(std::string{"broadcast_object gave a wrong map"});
             return;
           }
@@ -680,7 +680,8 @@ caf::behavior object_pair(caf::event_based_actor* self, int32_t rank,
       else
         grp.recv_object<std::vector<std::string>>(0).then(
           [=](std::vector<std::string>& xs) mutable {
-            rp.deliver(xs.size() == 2 ? xs[1] : std::string{"?"});
+            auto want = std::vector<std::string>{"x", "yy"};
+            rp.deliver(xs == want ? xs[1] : std::string{"?"});
           },
           fail);
       return rp;

@@ -334,7 +334,8 @@ TEST_CASE("objects of different sizes per rank move through the driver as "
   }
   CHECK(col::read_object<shard_plan>(*f.store, refs[1]).value().owner ==
         "rank 1");
-  // Rank 1's bytes read as another type: the read names rank 1.
+  // Every rank's bytes read as another type: the read names the first rank
+  // it cannot read.
   auto wrong =
     col::read_objects<std::vector<double>>(*f.store, res->refs[0], sizes);
   REQUIRE(!wrong);

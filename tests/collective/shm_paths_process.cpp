@@ -201,7 +201,12 @@ void run_paths(int world, int rank, const std::string& dir,
   auto log_b = read_file(log_path).substr(log_a.size());
   // Where the kernel allows single copy, rank 0 alone refused it; where it
   // does not, every rank did.
-  auto refused = expected == "single" ? "ranks [0] refused" : "refused";
+  std::vector<int> everyone(static_cast<size_t>(world));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto refused =
+    "ranks " +
+    col::list_ranks(expected == "single" ? std::vector<int>{0} : everyone) +
+    " refused";
   checks.expect(log_b.find("move by staged copy") != std::string::npos &&
                   log_b.find(refused) != std::string::npos,
                 "group b, single copy off on rank 0, logged: " + log_b);
