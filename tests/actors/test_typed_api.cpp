@@ -50,6 +50,16 @@ struct fixture {
     caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   }
 
+  /// Spawns `spec`'s members (stopped with the fixture) and waits until the
+  /// group formed.
+  std::vector<col::member_actor> group(caf::scoped_actor& self,
+                                       const col::group_spec& spec) {
+    auto ms = col::spawn_group(sys, driver, spec, tells_rank);
+    actors.insert(actors.end(), ms.begin(), ms.end());
+    REQUIRE(!col::await_group(self, driver, spec.name, 15s));
+    return ms;
+  }
+
   std::vector<col::object_ref> put_each(int ws, float base) {
     std::vector<col::object_ref> refs;
     for (int r = 0; r < ws; ++r) {
@@ -72,9 +82,7 @@ TEST_CASE("groups spawned from a group_spec run ops through the typed "
   spec.name = "typed";
   spec.world_size = 3;
   spec.timeout = 10s;
-  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
-  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
-  REQUIRE(!col::await_group(self, f.driver, "typed", 15s));
+  auto ms = f.group(self, spec);
   for (int32_t r = 0; r < 3; ++r)
     self->request(ms[r], 5s, rank_atom::value)
       .receive([&](int32_t x) { CHECK(x == r); },
@@ -133,9 +141,7 @@ TEST_CASE("an actor runs ops through the typed helpers with .then and keeps "
   spec.name = "async";
   spec.world_size = 2;
   spec.timeout = 10s;
-  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
-  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
-  REQUIRE(!col::await_group(self, f.driver, "async", 15s));
+  auto ms = f.group(self, spec);
   auto refs = f.put_each(2, 1.0f);
   auto store = f.store;
   auto driver = f.typed;
@@ -197,9 +203,7 @@ TEST_CASE("a member's status through its typed view") {
   col::group_spec spec;
   spec.name = "viewed";
   spec.world_size = 1;
-  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
-  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
-  REQUIRE(!col::await_group(self, f.driver, "viewed", 15s));
+  auto ms = f.group(self, spec);
   self
     ->request(col::typed_member(ms[0]), 5s, col::status_atom::value,
               std::string{"viewed"})
@@ -311,9 +315,7 @@ TEST_CASE("objects of different sizes per rank move through the driver as "
   col::group_spec spec;
   spec.name = "objs";
   spec.world_size = 3;
-  auto ms = col::spawn_group(f.sys, f.driver, spec, tells_rank);
-  f.actors.insert(f.actors.end(), ms.begin(), ms.end());
-  REQUIRE(!col::await_group(self, f.driver, "objs", 15s));
+  auto ms = f.group(self, spec);
   std::vector<col::object_ref> refs;
   for (int32_t r = 0; r < 3; ++r) {
     shard_plan p{"rank " + std::to_string(r), std::vector<int32_t>(r * 5, r)};
