@@ -170,6 +170,12 @@ class group : public std::enable_shared_from_this<group> {
   template<class Fn>
   work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
 
+  /// Runs the blocking form of an op on the calling thread, which holds
+  /// the lane; `started`: its history record already says running.
+  template<class Fn>
+  void run_task(const std::shared_ptr<detail::work_state>& state, op_kind op,
+                bool p2p, Fn& body, bool started);
+
   /// Starts an op on the calling thread, which holds `target`'s claim,
   /// when the backend can take it without blocking (backend::start_*);
   /// false: nothing happened, the caller queues the blocking form.

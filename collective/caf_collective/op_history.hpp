@@ -49,7 +49,9 @@ class op_history {
  public:
   explicit op_history(size_t capacity = 16) : capacity_(capacity) {}
 
-  void queued(uint64_t seq, bool p2p, op_kind op, size_t bytes);
+  /// A new op; `running`: it starts at once (saves `started`).
+  void queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
+              bool running = false);
   void started(uint64_t seq, bool p2p);
   void finished(uint64_t seq, bool p2p, const caf::error& err);
 

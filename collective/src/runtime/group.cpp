@@ -6,6 +6,7 @@
 
 #include "runtime/backend_factory.hpp"
 #include "runtime/lane.hpp"
+#include "runtime/op_body.hpp"
 #include "runtime/validate.hpp"
 #include "runtime/work_state.hpp"
 #include "vocabulary/log.hpp"
@@ -197,6 +198,24 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
 }
 
 template<class Fn>
+void group::run_task(const std::shared_ptr<detail::work_state>& state,
+                     op_kind op, bool p2p, Fn& body, bool started) {
+  auto seq = static_cast<int64_t>(state->seq());
+  caf::error err;
+  // The send lane may run before formation finished on the main lane.
+  formed_.wait();
+  if (!started) history_.started(state->seq(), p2p);
+  if (auto refused = refusal(op, seq, body.dev, body.type)) {
+    err = std::move(refused);
+  } else {
+    err = body(*backend_, call_of(state->seq(), body.timeout));
+    after_failure(err);
+  }
+  history_.finished(state->seq(), p2p, err);
+  detail::lane::complete_when_idle(state, std::move(err));
+}
+
+template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
   if (!validation && (body.timeout.count() < 0 || body.timeout > max_timeout))
@@ -207,24 +226,14 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   bool p2p = op == op_kind::send || op == op_kind::recv;
-  // The op as a lane task: runs the blocking form of the op.
-  auto make_task = [this, &state, op, p2p](Fn&& fn) -> detail::lane::task {
-    return [self = shared_from_this(), state, op, p2p,
-            body = std::move(fn)]() mutable {
-      auto seq = static_cast<int64_t>(state->seq());
-      caf::error err;
-      // The send lane may run before formation finished on the main lane.
-      self->formed_.wait();
-      self->history_.started(state->seq(), p2p);
-      if (auto refused = self->refusal(op, seq, body.dev, body.type)) {
-        err = std::move(refused);
-      } else {
-        err = body(*self->backend_, self->call_of(state->seq(), body.timeout));
-        self->after_failure(err);
-      }
-      self->history_.finished(state->seq(), p2p, err);
-      detail::lane::complete_when_idle(state, std::move(err));
-    };
+  // The op as a lane task: it outlives this call, so it keeps copies of
+  // the caller's arguments.
+  auto post = [this, &state, op, p2p, &body, &target] {
+    body.keep();
+    target.post([self = shared_from_this(), state, op, p2p,
+                 task = std::move(body)]() mutable {
+      self->run_task(state, op, p2p, task, false);
+    });
   };
   bool run_here = false;
   bool start_here = false;
@@ -239,7 +248,6 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
     track_pending(state, op, p2p);
-    history_.queued(state->seq(), p2p, op, body.bytes);
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
     // Any other caller may still start an op that needs no waiting on its
@@ -248,18 +256,18 @@ work group::submit(op_kind op, caf::error validation, Fn body,
       run_here = target.try_claim();
     else if constexpr (Fn::startable)
       start_here = target.try_claim();
-    if (!run_here && !start_here) target.post(make_task(std::move(body)));
+    // An op run here starts now: one history entry instead of two.
+    history_.queued(state->seq(), p2p, op, body.bytes, run_here);
+    if (!run_here && !start_here) post();
   }
   if (run_here) {
     detail::lane::task_scope completions; // announced after the release
-    auto task = make_task(std::move(body));
-    task();
-    task = nullptr;
+    run_task(state, op, p2p, body, true);
     target.release();
   } else if (start_here) {
     if (!start_without_blocking(state, op, p2p, body, target)) {
       // Posted before letting go of the lane: it stays in order.
-      target.post(make_task(std::move(body)));
+      post();
       target.release();
     }
   }
@@ -314,44 +322,6 @@ bool group::start_without_blocking(
   return body.start(*backend_, call_of(seq, body.timeout), done);
 }
 
-namespace {
-
-// What submit needs besides the call itself: the device and dtype for the
-// capability query and the per-op timeout; `Start`, for ops a backend may
-// start without blocking (backend::start_*), else no_start.
-struct no_start {};
-
-template<class Fn, class Start = no_start>
-struct op_body {
-  static constexpr bool startable = !std::is_same_v<Start, no_start>;
-  caf_collective::device dev;
-  dtype type;
-  size_t bytes; // for the op history
-  milliseconds timeout;
-  Fn fn;
-  Start starter;
-
-  caf::error operator()(backend& be, const op_call& call) {
-    return fn(be, call);
-  }
-
-  bool start(backend& be, const op_call& call, op_completion& done) {
-    if constexpr (startable)
-      return starter(be, call, done);
-    else
-      return false;
-  }
-};
-
-template<class Fn, class Start = no_start>
-op_body<Fn, Start> make_body(const tensor_view& sample, const op_options& opts,
-                             Fn fn, Start start = {}) {
-  return {sample.dev(), sample.type(), sample.nbytes(),
-          opts.timeout, std::move(fn), std::move(start)};
-}
-
-} // namespace
-
 #define CAF_COLLECTIVE_SITE(op)                 \
   detail::call_site {                           \
     context(op, -1), cfg_.rank, cfg_.world_size \
@@ -359,22 +329,22 @@ op_body<Fn, Start> make_body(const tensor_view& sample, const op_options& opts,
 
 work group::send(const tensor_view& in, send_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::send);
-  return submit(op_kind::send, detail::check_send(at, in, opts),
-                make_body(in, opts,
-                          [in, opts](backend& be, const op_call& c) {
-                            return be.send(c, in, opts);
-                          }),
-                *send_lane_);
+  return submit(
+    op_kind::send, detail::check_send(at, in, opts),
+    detail::make_body(in, opts.timeout, detail::borrow(in, opts),
+                      [](backend& be, const op_call& c, const auto& in,
+                         const auto& opts) { return be.send(c, in, opts); }),
+    *send_lane_);
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::recv);
-  return submit(op_kind::recv, detail::check_recv(at, out, opts),
-                make_body(out, opts,
-                          [out, opts](backend& be, const op_call& c) {
-                            return be.recv(c, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::recv, detail::check_recv(at, out, opts),
+    detail::make_body(out, opts.timeout, detail::borrow(out, opts),
+                      [](backend& be, const op_call& c, const auto& out,
+                         const auto& opts) { return be.recv(c, out, opts); }),
+    *lane_);
 }
 
 work group::broadcast(const tensor_view& in, const tensor_view& out,
@@ -382,12 +352,12 @@ work group::broadcast(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::broadcast);
   return submit(
     op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
-    make_body(
-      out, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.broadcast(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      out, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.broadcast(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_broadcast(c, in, out, opts, done);
       }),
     *lane_);
@@ -398,12 +368,12 @@ work group::reduce(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::reduce);
   return submit(
     op_kind::reduce, detail::check_reduce(at, in, out, opts),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.reduce(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.reduce(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_reduce(c, in, out, opts, done);
       }),
     *lane_);
@@ -414,12 +384,12 @@ work group::allreduce(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::allreduce);
   return submit(
     op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.allreduce(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.allreduce(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_allreduce(c, in, out, opts, done);
       }),
     *lane_);
@@ -430,12 +400,12 @@ work group::allgather(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::allgather);
   return submit(
     op_kind::allgather, detail::check_allgather(at, in, out),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.allgather(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.allgather(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_allgather(c, in, out, opts, done);
       }),
     *lane_);
@@ -444,13 +414,13 @@ work group::allgather(const tensor_view& in, const tensor_view& out,
 work group::allgatherv(const tensor_view& in, const tensor_view& out,
                        allgatherv_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::allgatherv);
-  return submit(op_kind::allgatherv,
-                detail::check_allgatherv(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.allgatherv(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::allgatherv, detail::check_allgatherv(at, in, out, opts),
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.allgatherv(c, in, out, opts); }),
+    *lane_);
 }
 
 work group::gather(const tensor_view& in, const tensor_view& out,
@@ -458,12 +428,12 @@ work group::gather(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::gather);
   return submit(
     op_kind::gather, detail::check_gather(at, in, out, opts),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.gather(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.gather(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_gather(c, in, out, opts, done);
       }),
     *lane_);
@@ -474,12 +444,12 @@ work group::scatter(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::scatter);
   return submit(
     op_kind::scatter, detail::check_scatter(at, in, out, opts),
-    make_body(
-      out, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.scatter(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      out, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.scatter(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_scatter(c, in, out, opts, done);
       }),
     *lane_);
@@ -490,12 +460,12 @@ work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::reduce_scatter);
   return submit(
     op_kind::reduce_scatter, detail::check_reduce_scatter(at, in, out, opts),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.reduce_scatter(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.reduce_scatter(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_reduce_scatter(c, in, out, opts, done);
       }),
     *lane_);
@@ -506,12 +476,12 @@ work group::alltoall(const tensor_view& in, const tensor_view& out,
   auto at = CAF_COLLECTIVE_SITE(op_kind::alltoall);
   return submit(
     op_kind::alltoall, detail::check_alltoall(at, in, out),
-    make_body(
-      in, opts,
-      [in, out, opts](backend& be, const op_call& c) {
-        return be.alltoall(c, in, out, opts);
-      },
-      [in, out, opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.alltoall(c, in, out, opts); },
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts, op_completion& done) {
         return be.start_alltoall(c, in, out, opts, done);
       }),
     *lane_);
@@ -520,12 +490,13 @@ work group::alltoall(const tensor_view& in, const tensor_view& out,
 work group::alltoallv(const tensor_view& in, const tensor_view& out,
                       alltoallv_options opts) {
   auto at = CAF_COLLECTIVE_SITE(op_kind::alltoallv);
-  return submit(op_kind::alltoallv, detail::check_alltoallv(at, in, out, opts),
-                make_body(in, opts,
-                          [in, out, opts](backend& be, const op_call& c) {
-                            return be.alltoallv(c, in, out, opts);
-                          }),
-                *lane_);
+  return submit(
+    op_kind::alltoallv, detail::check_alltoallv(at, in, out, opts),
+    detail::make_body(
+      in, opts.timeout, detail::borrow(in, out, opts),
+      [](backend& be, const op_call& c, const auto& in, const auto& out,
+         const auto& opts) { return be.alltoallv(c, in, out, opts); }),
+    *lane_);
 }
 
 work group::barrier(barrier_options opts) {
@@ -534,10 +505,12 @@ work group::barrier(barrier_options opts) {
   tensor_view none{nullptr, dtype::uint8, size_t{0}};
   return submit(
     op_kind::barrier, detail::check_timeout(at, opts),
-    make_body(
-      none, opts,
-      [opts](backend& be, const op_call& c) { return be.barrier(c, opts); },
-      [opts](backend& be, const op_call& c, op_completion& done) {
+    detail::make_body(
+      none, opts.timeout, detail::borrow(opts),
+      [](backend& be, const op_call& c, const auto& opts) {
+        return be.barrier(c, opts);
+      },
+      [](backend& be, const op_call& c, const auto& opts, op_completion& done) {
         return be.start_barrier(c, opts, done);
       }),
     *lane_);

@@ -55,7 +55,8 @@ std::string describe(const std::vector<op_record>& records,
   return result;
 }
 
-void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes) {
+void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
+                        bool running) {
   std::lock_guard<std::mutex> guard{mtx_};
   if (records_.size() == capacity_) {
     // A running op stuck behind many queued ones is exactly what a timeout
@@ -69,9 +70,8 @@ void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes) {
              r.state == op_record::phase::failed;
     });
     if (victim == records_.end())
-      victim = in([](const op_record& r) {
-        return r.state == op_record::phase::queued;
-      });
+      victim = in(
+        [](const op_record& r) { return r.state == op_record::phase::queued; });
     records_.erase(victim != records_.end() ? victim : records_.begin());
   }
   op_record r;
@@ -80,6 +80,10 @@ void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes) {
   r.op = op;
   r.bytes = bytes;
   r.submitted = op_record::clock::now();
+  if (running) {
+    r.state = op_record::phase::running;
+    r.started = r.submitted;
+  }
   records_.push_back(r);
 }
 
