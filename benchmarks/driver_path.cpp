@@ -12,6 +12,7 @@
 #include "caf_collective/member.hpp"
 #include "caf_collective/messages.hpp"
 
+#include "caf_scheduler.hpp"
 #include "data_pattern.hpp"
 
 namespace caf_collective::bench {
@@ -49,8 +50,7 @@ struct driver_world {
   static caf::actor_system_config& init_cfg(caf::actor_system_config& cfg,
                                             const std::string& scheduler) {
     add_message_types(cfg);
-    cfg.set("scheduler.policy", scheduler == "sharing" ? caf::atom("sharing")
-                                                       : caf::atom("stealing"));
+    use_caf_scheduler(cfg, scheduler);
     return cfg;
   }
 

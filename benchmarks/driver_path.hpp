@@ -13,7 +13,7 @@ namespace caf_collective::bench {
 bool driver_path_available() noexcept;
 
 /// Spawns the driver and `ranks` members on rank 0 (in an actor system
-/// with CAF scheduler policy `scheduler`: "stealing" or "sharing"), forms
+/// with the CAF scheduler `scheduler`, see caf_scheduler.hpp), forms
 /// their group on `backend` and waits until it formed; a no-op object on
 /// the other ranks.
 bench_path_ptr make_driver_path(int rank, int ranks,

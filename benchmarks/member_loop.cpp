@@ -10,7 +10,8 @@
 //
 //   caf_collective_member_loop [--ranks 4] [--iters 2000] [--bytes 8]
 //                              [--backend shm|gloo]
-//                              [--caf-scheduler stealing|sharing]
+//                              [--caf-scheduler stealing|sharing|
+//                                               stealing-sleep]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +31,8 @@
 #include "caf_collective/member.hpp"
 #include "caf_collective/member_ops.hpp"
 #include "caf_collective/object_store.hpp"
+
+#include "caf_scheduler.hpp"
 
 namespace col = caf_collective;
 using clock_type = std::chrono::steady_clock;
@@ -58,10 +61,11 @@ settings parse(int argc, char** argv) {
       s.bytes = std::stoul(value);
     else if (key == "--backend")
       s.backend = value;
-    else if (key == "--caf-scheduler")
+    else if (key == "--caf-scheduler" && col::bench::is_caf_scheduler(value))
       s.scheduler = value;
     else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
+      std::fprintf(stderr, "unknown option or value: %s %s\n", key.c_str(),
+                   value.c_str());
       std::exit(2);
     }
   }
@@ -148,9 +152,7 @@ struct actor_world {
   static caf::actor_system_config& configure(caf::actor_system_config& cfg,
                                              const settings& s) {
     col::add_message_types(cfg);
-    cfg.set("scheduler.policy", s.scheduler == "sharing"
-                                  ? caf::atom("sharing")
-                                  : caf::atom("stealing"));
+    col::bench::use_caf_scheduler(cfg, s.scheduler);
     return cfg;
   }
 

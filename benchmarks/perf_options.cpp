@@ -43,7 +43,8 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --procs            ranks as processes (default: threads of one process)
   --raw-warmup 0|1   give raw Gloo our groups' 1 MiB warm-up per pair (1)
   --caf-scheduler S  CAF scheduler of the driver path: stealing (CAF's
-                     default) or sharing (stealing)
+                     default), sharing, or stealing-sleep (stealing
+                     with sleep_idle_workers) (stealing)
   --csv FILE         also write every row as CSV
   --plot FILE.png    plot busbw against size per path (gnuplot)
 )";
@@ -207,9 +208,10 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
       else if (flag == "--raw-warmup")
         opts.raw_warm_up = as_int() != 0;
       else if (flag == "--caf-scheduler") {
-        if (value != "stealing" && value != "sharing")
-          throw std::invalid_argument("--caf-scheduler must be stealing or "
-                                      "sharing");
+        if (value != "stealing" && value != "sharing" &&
+            value != "stealing-sleep")
+          throw std::invalid_argument("--caf-scheduler must be stealing, "
+                                      "sharing or stealing-sleep");
         opts.caf_scheduler = value;
       } else if (flag == "--csv")
         opts.csv_file = value;

@@ -53,7 +53,8 @@ struct perf_options {
   /// Gives raw Gloo our groups' 1 MiB per-pair warm-up (like with like).
   bool raw_warm_up = true;
   /// CAF scheduler of the driver path's actor system: "stealing" (CAF's
-  /// default) or "sharing" (one shared queue; wakes idle workers at once).
+  /// default), "sharing" (one shared queue; wakes idle workers at once) or
+  /// "stealing-sleep" (idle workers sleep at once: sleep_idle_workers).
   std::string caf_scheduler = "stealing";
   std::string csv_file;
   std::string plot_file;

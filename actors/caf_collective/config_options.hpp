@@ -65,6 +65,23 @@ settings_of(const caf::actor_system_config& cfg, const env_lookup& env = {});
 caf::expected<collective_settings> settings_of(caf::actor_system& sys,
                                                const env_lookup& env = {});
 
+/// Lets idle workers of CAF's work-stealing scheduler sleep on their
+/// condition variable right after their short busy poll
+/// (work-stealing.moderate-poll-attempts = 0). By default an idle worker
+/// wakes every 50 us for 25 ms before it sleeps; a program whose messages
+/// come every few hundred microseconds (an op on a group, its completion)
+/// keeps both workers in that phase for good, and on a machine with few
+/// cores their wake-ups take CPU time from the lanes that move the data
+/// and delay the next message by up to a sleep. With this setting an
+/// enqueue from outside the scheduler (a blocking client, a lane) wakes a
+/// sleeping worker at once. The cost: a worker with a queue of ready actors
+/// gets help from an idle one only after that one's 10 ms sleep
+/// (work-stealing.relaxed-sleep-duration), so CPU-heavy actors spread over
+/// the workers more slowly. docs/benchmarks.md has the measurements. Call
+/// it before `cfg.parse(...)`: the command line and the config file may
+/// still set the option.
+void sleep_idle_workers(caf::actor_system_config& cfg);
+
 /// Applies the process-wide settings to the collective layer: the log level
 /// of its loggers and the host block cache's capacity. Groups read the
 /// others when they are formed.

@@ -95,6 +95,10 @@ void pick(const caf::actor_system_config& cfg, const char* key,
 
 } // namespace
 
+void sleep_idle_workers(caf::actor_system_config& cfg) {
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+}
+
 void add_collective_options(caf::actor_system_config& cfg) {
   caf::config_option_adder{option_set_access::of(cfg), "collective"}
     .add<caf::timespan>("timeout",

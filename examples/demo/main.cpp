@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include <caf_collective/client.hpp>
+#include <caf_collective/config_options.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/member.hpp>
 #include <caf_collective/messages.hpp>
@@ -68,10 +69,11 @@ int run_demo(caf::actor_system& sys) {
 int main() {
   caf::actor_system_config cfg;
   col::add_message_types(cfg);
-  // Idle workers of CAF's default scheduler poll with pauses; the sharing
-  // scheduler wakes them at once, which halves the driver's round trip
-  // (docs/benchmarks.md, "Driver round trip and CAF's scheduler policy").
-  cfg.set("scheduler.policy", caf::atom("sharing"));
+  // CAF's default work stealing, with idle workers that sleep at once
+  // instead of polling every 50 us: a collective program on few cores then
+  // keeps its CPU time for the lanes that move the data, and a request from
+  // main() wakes a worker at once (docs/benchmarks.md, "Idle CAF workers").
+  col::sleep_idle_workers(cfg);
   caf::actor_system sys{cfg};
   return run_demo(sys);
 }

@@ -6,12 +6,15 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
 
 #include <caf_collective/config_options.hpp>
 #include <caf_collective/error.hpp>
@@ -177,6 +180,46 @@ TEST_CASE("the settings of a running actor system apply to the collective "
   col::apply_process_settings(*s);
   CHECK(col::host_cache_capacity() == size_t{3} << 20);
   col::set_host_cache_capacity(before);
+}
+
+TEST_CASE("sleep_idle_workers sets CAF's own moderate polling option, which "
+          "the command line may still override") {
+  constexpr const char* key = "work-stealing.moderate-poll-attempts";
+  caf::actor_system_config cfg;
+  col::sleep_idle_workers(cfg);
+  CHECK(caf::get_or(cfg, key, size_t{500}) == 0);
+  // CAF parses the key from a command line only because it declares the
+  // option itself: a misspelt key would be set above and silently ignored
+  // by the scheduler, but refused here.
+  caf::actor_system_config overridden;
+  col::sleep_idle_workers(overridden);
+  std::string prog = "program";
+  std::string arg = std::string{"--"} + key + "=7";
+  char* argv[] = {prog.data(), arg.data()};
+  REQUIRE_FALSE(overridden.parse(2, argv));
+  CHECK(caf::get_or(overridden, key, size_t{500}) == 7);
+}
+
+TEST_CASE("with sleeping idle workers, requests from outside the scheduler "
+          "still wake a worker") {
+  caf::actor_system_config cfg;
+  col::sleep_idle_workers(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  auto echo =
+    sys.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  caf::scoped_actor self{sys};
+  // Pauses let the workers fall asleep between requests; each answer must
+  // still come, within the request's timeout.
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{i % 4 == 0 ? 30 : 0});
+    int answer = -1;
+    self->request(echo, std::chrono::seconds{5}, i)
+      .receive([&](int x) { answer = x; },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
+    CHECK(answer == i + 1);
+  }
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("the store setting gives a TCP store only with a secret") {

@@ -10,9 +10,9 @@ void work_state::complete(caf::error err) {
   std::vector<work::callback> callbacks;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (done_) return;
-    done_ = true;
+    if (done_.load(std::memory_order_relaxed)) return;
     err_ = std::move(err);
+    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -38,25 +38,29 @@ uint64_t work::seq() const noexcept {
 }
 
 bool work::ready() const {
-  std::lock_guard<std::mutex> guard{state_->mtx_};
-  return state_->done_;
+  return state_->done();
 }
 
 caf::error work::wait() const {
-  std::unique_lock<std::mutex> guard{state_->mtx_};
-  state_->cv_.wait(guard, [this] { return state_->done_; });
+  // An op run on the caller is over before its handle is returned.
+  if (!state_->done()) {
+    std::unique_lock<std::mutex> guard{state_->mtx_};
+    state_->cv_.wait(guard, [this] { return state_->done(); });
+  }
   return state_->err_;
 }
 
 bool work::wait_for(std::chrono::milliseconds timeout) const {
+  if (state_->done()) return true;
   std::unique_lock<std::mutex> guard{state_->mtx_};
-  return state_->cv_.wait_for(guard, timeout, [this] { return state_->done_; });
+  return state_->cv_.wait_for(guard, timeout,
+                              [this] { return state_->done(); });
 }
 
 void work::on_complete(callback fn) const {
   {
     std::lock_guard<std::mutex> guard{state_->mtx_};
-    if (!state_->done_) {
+    if (!state_->done()) {
       state_->callbacks_.push_back(std::move(fn));
       return;
     }

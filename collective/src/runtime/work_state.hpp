@@ -1,6 +1,7 @@
 // Shared state behind `work` handles: set once by the lane, read by waiters.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -17,10 +18,7 @@ class work_state {
 
   uint64_t seq() const noexcept { return seq_; }
 
-  bool done() {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return done_;
-  }
+  bool done() const noexcept { return done_.load(std::memory_order_acquire); }
 
   /// Sets the result (first call wins), wakes waiters, runs callbacks.
   void complete(caf::error err);
@@ -31,7 +29,9 @@ class work_state {
   const uint64_t seq_;
   std::mutex mtx_;
   std::condition_variable cv_;
-  bool done_ = false;
+  // Set under mtx_, after err_: a reader that sees it set (acquire) may read
+  // err_ without the lock, which is never written again.
+  std::atomic<bool> done_{false};
   caf::error err_;
   std::vector<work::callback> callbacks_;
 };

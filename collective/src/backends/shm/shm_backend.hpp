@@ -51,6 +51,7 @@
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "vocabulary/function_ref.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -234,10 +235,9 @@ class shm_backend : public backend {
   /// Waits until `ready()` holds. `laggards()` names the ranks still
   /// missing (for errors and liveness checks). While `*yield_now` (set by
   /// `ready()`, if given) holds, spinning is pointless: yield at once.
-  caf::error wait_until(const std::function<bool()>& ready,
-                        const std::function<std::vector<int>()>& laggards,
-                        op_kind op, const op_call* call,
-                        clock::time_point deadline,
+  caf::error wait_until(function_ref<bool()> ready,
+                        function_ref<std::vector<int>()> laggards, op_kind op,
+                        const op_call* call, clock::time_point deadline,
                         const bool* yield_now = nullptr);
 
   /// Direct and single-copy paths: marks this rank as reading its peers'

@@ -144,11 +144,11 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
                       std::string{to_string(code)} + ")");
 }
 
-caf::error
-shm_backend::wait_until(const std::function<bool()>& ready,
-                        const std::function<std::vector<int>()>& laggards,
-                        op_kind op, const op_call* call,
-                        clock::time_point deadline, const bool* yield_now) {
+caf::error shm_backend::wait_until(function_ref<bool()> ready,
+                                   function_ref<std::vector<int>()> laggards,
+                                   op_kind op, const op_call* call,
+                                   clock::time_point deadline,
+                                   const bool* yield_now) {
   for (int i = 0; i < spin_iterations; ++i) {
     if (ready()) {
       take_announcements();

@@ -1,0 +1,35 @@
+// The CAF scheduler setups the benchmark tools compare: CAF's default
+// work stealing, work sharing, and work stealing whose idle workers sleep
+// at once (caf_collective::sleep_idle_workers).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+
+#include "caf_collective/config_options.hpp"
+
+namespace caf_collective::bench {
+
+/// The names --caf-scheduler takes, for usage texts.
+inline constexpr const char* caf_scheduler_names =
+  "stealing, sharing or stealing-sleep";
+
+inline bool is_caf_scheduler(const std::string& name) {
+  return name == "stealing" || name == "sharing" || name == "stealing-sleep";
+}
+
+/// Sets up `cfg` for the scheduler `name` (see is_caf_scheduler).
+inline void use_caf_scheduler(caf::actor_system_config& cfg,
+                              const std::string& name) {
+  if (!is_caf_scheduler(name))
+    throw std::invalid_argument("unknown CAF scheduler '" + name +
+                                "' (expected " + caf_scheduler_names + ")");
+  cfg.set("scheduler.policy",
+          name == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
+  if (name == "stealing-sleep") sleep_idle_workers(cfg);
+}
+
+} // namespace caf_collective::bench
