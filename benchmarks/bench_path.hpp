@@ -50,8 +50,12 @@ class bench_path {
   /// timed loop. Called on every rank before the first run() of a size.
   virtual void prepare(const op_args&, int /*variant*/) {}
 
-  /// Runs one collective; throws on failure.
+  /// Runs ops_per_run() collectives; throws on failure.
   virtual void run(const op_args& args) = 0;
+
+  /// How many ops one run() starts (more than one when they overlap); the
+  /// time of a run is divided by it.
+  virtual int ops_per_run() const { return 1; }
 
   /// Runs one collective on known inputs and returns the number of wrong
   /// result elements this rank saw (default: on this rank's buffers).

@@ -64,8 +64,8 @@ struct driver_world {
 class driver_path : public bench_path {
  public:
   driver_path(int rank, int ranks, const std::string& scheduler,
-              const std::string& backend)
-    : rank_(rank), ranks_(ranks) {
+              const std::string& backend, int window)
+    : rank_(rank), ranks_(ranks), window_(window) {
     if (rank_ != 0) return;
     world_ = std::make_unique<driver_world>(scheduler);
     // Membership at spawn: one member actor per rank, all in this process.
@@ -86,7 +86,11 @@ class driver_path : public bench_path {
     world_->self->send_exit(world_->driver, caf::exit_reason::user_shutdown);
   }
 
-  std::string_view name() const override { return "driver"; }
+  std::string_view name() const override {
+    return window_ > 1 ? "driver-overlap" : "driver";
+  }
+
+  int ops_per_run() const override { return window_; }
 
   bool supports(bench_op op, bool in_place) const override {
     // Results are new objects in the store: no in-place form.
@@ -112,7 +116,29 @@ class driver_path : public bench_path {
 
   void run(const op_args& a) override {
     if (!world_) return;
-    release(call(a));
+    if (window_ == 1) {
+      release(call(a));
+      return;
+    }
+    // Every request goes out before the first answer is read.
+    std::vector<caf::error> failures(static_cast<size_t>(window_));
+    std::vector<std::vector<object_ref>> results(static_cast<size_t>(window_));
+    // A request timeout, unlike the blocking helper's: several answers are
+    // awaited at once.
+    std::vector<decltype(world_->self->request(world_->driver, timeout,
+                                               request_of(a)))>
+      pending;
+    for (int i = 0; i < window_; ++i)
+      pending.push_back(
+        world_->self->request(world_->driver, timeout, request_of(a)));
+    for (size_t i = 0; i < pending.size(); ++i)
+      pending[i].receive(
+        [&](op_result& r) { results[i] = std::move(r.refs); },
+        [&](caf::error& err) { failures[i] = std::move(err); });
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (failures[i]) fail(std::string{to_string(a.op)}, failures[i]);
+      release(results[i]);
+    }
   }
 
   size_t check(const op_args& a) override {
@@ -158,14 +184,18 @@ class driver_path : public bench_path {
     return args;
   }
 
-  std::vector<object_ref> call(const op_args& a) {
+  op_request request_of(const op_args& a) const {
     op_request req;
     req.group = group_name;
     req.op = kind_of(a.op);
     req.refs = inputs_;
     req.params.root = a.root;
     req.params.op = a.redop;
-    auto res = run_op(world_->self, world_->driver, std::move(req), timeout);
+    return req;
+  }
+
+  std::vector<object_ref> call(const op_args& a) {
+    auto res = run_op(world_->self, world_->driver, request_of(a), timeout);
     if (!res) fail(std::string{to_string(a.op)}, res.error());
     return std::move(res->refs);
   }
@@ -189,6 +219,7 @@ class driver_path : public bench_path {
 
   int rank_;
   int ranks_;
+  int window_; // requests in flight per run
   std::unique_ptr<driver_world> world_;
   object_store_ptr store_;
   std::vector<object_ref> inputs_;
@@ -202,8 +233,8 @@ bool driver_path_available() noexcept {
 
 bench_path_ptr make_driver_path(int rank, int ranks,
                                 const std::string& scheduler,
-                                const std::string& backend) {
-  return std::make_unique<driver_path>(rank, ranks, scheduler, backend);
+                                const std::string& backend, int window) {
+  return std::make_unique<driver_path>(rank, ranks, scheduler, backend, window);
 }
 
 } // namespace caf_collective::bench

@@ -10,7 +10,7 @@ bool driver_path_available() noexcept {
 }
 
 bench_path_ptr make_driver_path(int, int, const std::string&,
-                                const std::string&) {
+                                const std::string&, int) {
   throw std::logic_error("the driver path needs the actor layer");
 }
 

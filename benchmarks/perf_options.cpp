@@ -29,9 +29,12 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --ranks N          number of ranks (2)
   --backend NAME     backend of the direct and driver paths: gloo shm
                      auto (gloo)
-  --path LIST        raw-gloo,raw-gloo-best,direct,shm,driver
-                     (raw-gloo,raw-gloo-best,direct); shm: our API on
-                     backend shm, beside direct on --backend
+  --path LIST        raw-gloo,raw-gloo-best,direct,shm,driver,
+                     driver-overlap (raw-gloo,raw-gloo-best,direct); shm:
+                     our API on backend shm, beside direct on --backend;
+                     driver-overlap: the driver path with --window
+                     requests in flight, time per op
+  --window W         requests in flight on driver-overlap (4)
   --iter-budget B    at most B / size timed and warm-up iterations per
                      size (at least 2 and 1; suffixes K M G; 0: -n, -w)
   --copy-model 0|1   measure the copy bandwidth first and print busbw as
@@ -91,7 +94,7 @@ std::vector<bench_op> parse_ops(std::string_view list) {
 void check_paths(const std::vector<std::string>& paths) {
   for (auto& p : paths)
     if (p != "raw-gloo" && p != "raw-gloo-best" && p != "direct" &&
-        p != "shm" && p != "driver")
+        p != "shm" && p != "driver" && p != "driver-overlap")
       throw std::invalid_argument("unknown path " + p);
 }
 
@@ -207,7 +210,11 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.copy_model = as_int() != 0;
       else if (flag == "--raw-warmup")
         opts.raw_warm_up = as_int() != 0;
-      else if (flag == "--caf-scheduler") {
+      else if (flag == "--window") {
+        opts.window = as_int();
+        if (opts.window < 1)
+          throw std::invalid_argument("--window must be >= 1");
+      } else if (flag == "--caf-scheduler") {
         if (value != "stealing" && value != "sharing" &&
             value != "stealing-sleep")
           throw std::invalid_argument("--caf-scheduler must be stealing, "

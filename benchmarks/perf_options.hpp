@@ -56,6 +56,8 @@ struct perf_options {
   /// default), "sharing" (one shared queue; wakes idle workers at once) or
   /// "stealing-sleep" (idle workers sleep at once: sleep_idle_workers).
   std::string caf_scheduler = "stealing";
+  /// Requests the driver-overlap path keeps in flight.
+  int window = 4;
   std::string csv_file;
   std::string plot_file;
 };

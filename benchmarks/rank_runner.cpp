@@ -24,6 +24,10 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr auto gloo_timeout = std::chrono::seconds{60};
 
+bool is_driver(const std::string& path) {
+  return path == "driver" || path == "driver-overlap";
+}
+
 // 64-byte aligned, allocated once for the largest size and touched once:
 // fresh pages are slow here and must not land in any timed loop.
 struct aligned_buffer {
@@ -98,12 +102,14 @@ class rank_runner {
         auto backend = name == "shm" ? std::string{"shm"} : opts_.backend;
         paths_.push_back(make_direct_path(name, backend, env_.rank, opts_.ranks,
                                           env_.store, opts_.direct_algorithm));
-      } else if (name == "driver" && driver_path_available()) {
-        paths_.push_back(make_driver_path(env_.rank, opts_.ranks,
-                                          opts_.caf_scheduler, opts_.backend));
-      } else if (name == "driver" && is_root()) {
-        std::cout << "# path driver: not available (this build has no actor "
-                     "layer with a driver API); skipped\n";
+      } else if (is_driver(name) && driver_path_available()) {
+        paths_.push_back(make_driver_path(
+          env_.rank, opts_.ranks, opts_.caf_scheduler, opts_.backend,
+          name == "driver-overlap" ? opts_.window : 1));
+      } else if (is_driver(name) && is_root()) {
+        std::cout << "# path " << name
+                  << ": not available (this build has no actor layer with a "
+                     "driver API); skipped\n";
       }
     }
   }
@@ -205,14 +211,17 @@ class rank_runner {
     samples.reserve(static_cast<size_t>(iters));
     auto start = clock_type::now();
     auto last = start;
+    double per_run = path.ops_per_run();
     for (int i = 0; i < iters; ++i) {
       path.run(args);
       auto now = clock_type::now();
       samples.push_back(
-        std::chrono::duration<double, std::micro>(now - last).count());
+        std::chrono::duration<double, std::micro>(now - last).count() /
+        per_run);
       last = now;
     }
-    auto total = std::chrono::duration<double, std::micro>(last - start);
+    auto total =
+      std::chrono::duration<double, std::micro>(last - start) / per_run;
     std::sort(samples.begin(), samples.end());
     // The slowest rank defines the time of a collective.
     std::vector<double> stats{total.count() / iters,
