@@ -496,3 +496,39 @@ TEST_CASE("a collective after a send between two of three ranks") {
     },
     std::chrono::seconds{30});
 }
+
+// An op that cannot run at once is queued with copies of the caller's views
+// (group::submit borrows them only while the op runs inside the call): a
+// caller may reuse its view objects as soon as the call returned.
+TEST_CASE("a queued op keeps the views it was called with when the caller "
+          "reuses them") {
+  auto name = std::string{"queued-views"};
+  std::latch reused{1};
+  test::run_group(2, name, [&](int rank, rank_log& log) {
+    std::vector<float> first(4, float(rank + 1));
+    std::vector<float> second(4, float(10 * (rank + 1)));
+    std::vector<float> decoy(4, -1.0f);
+    if (rank == 0) {
+      // Rank 1 has not called yet: the first op waits for it and the second
+      // queues behind it.
+      auto first_done = col::allreduce_async(col::view_of(first), name);
+      auto view = std::make_unique<col::tensor_view>(col::view_of(second));
+      auto second_done = col::allreduce_async(*view, name);
+      *view = col::view_of(decoy);
+      reused.count_down();
+      log.expect(!first_done.wait(), "the first allreduce failed");
+      log.expect(!second_done.wait(), "the second allreduce failed");
+      log.expect(second == std::vector<float>(4, 30.0f),
+                 "the queued allreduce did not reduce the buffer it was "
+                 "called with");
+      log.expect(decoy == std::vector<float>(4, -1.0f),
+                 "the queued allreduce wrote through the reused view");
+    } else {
+      reused.wait();
+      col::allreduce(col::view_of(first), name);
+      col::allreduce(col::view_of(second), name);
+    }
+    log.expect(first == std::vector<float>(4, 3.0f), "first allreduce");
+    ++log.checks;
+  });
+}
