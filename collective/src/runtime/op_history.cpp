@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <time.h>
+
 namespace caf_collective {
 
 std::string_view to_string(op_record::phase x) noexcept {
@@ -17,6 +19,20 @@ namespace {
 
 long long millis(op_record::clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+// The history is printed in milliseconds, when an op timed out: the coarse
+// monotonic clock (a few ms resolution, ~5 ns a read here) is precise
+// enough and saves ~20 ns per stamp, two stamps per op, against
+// steady_clock::now(). It is CLOCK_MONOTONIC, the clock of libstdc++'s
+// steady_clock, read less precisely, and never ahead of it.
+op_record::clock::time_point stamp() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  auto since_boot =
+    std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+  return op_record::clock::time_point{
+    std::chrono::duration_cast<op_record::clock::duration>(since_boot)};
 }
 
 } // namespace
@@ -79,7 +95,7 @@ void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
   r.point_to_point = p2p;
   r.op = op;
   r.bytes = bytes;
-  r.submitted = op_record::clock::now();
+  r.submitted = stamp();
   if (running) {
     r.state = op_record::phase::running;
     r.started = r.submitted;
@@ -91,7 +107,7 @@ void op_history::started(uint64_t seq, bool p2p) {
   std::lock_guard<std::mutex> guard{mtx_};
   if (auto r = find(seq, p2p)) {
     r->state = op_record::phase::running;
-    r->started = op_record::clock::now();
+    r->started = stamp();
   }
 }
 
@@ -100,7 +116,7 @@ void op_history::finished(uint64_t seq, bool p2p, const caf::error& err) {
   if (auto r = find(seq, p2p)) {
     if (r->state == op_record::phase::queued) r->started = r->submitted;
     r->state = err ? op_record::phase::failed : op_record::phase::done;
-    r->finished = op_record::clock::now();
+    r->finished = stamp();
     if (err)
       r->failure =
         is_collective_error(err) ? code_of(err) : errc::backend_error;

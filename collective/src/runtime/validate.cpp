@@ -132,9 +132,11 @@ caf::error check_scalable(const call_site& at, const char* name,
 // built only when a check fails), which keeps the call sites flat.
 template<class... Errors>
 caf::error first_of(Errors&&... errors) {
-  caf::error result;
-  ((result = result ? std::move(result) : std::move(errors)), ...);
-  return result;
+  // Points at the first failure: no caf::error assignments (calls into
+  // libcaf_core) on the path where every check passes.
+  caf::error* first = nullptr;
+  ((first = first != nullptr ? first : (errors ? &errors : nullptr)), ...);
+  return first != nullptr ? std::move(*first) : caf::error{};
 }
 
 } // namespace
