@@ -144,14 +144,19 @@ void report(const options& opts, std::vector<double> samples) {
   auto at = [&](double q) {
     return samples[size_t(q * double(samples.size() - 1))];
   };
+  auto median = at(0.5);
+  auto slow = std::count_if(samples.begin(), samples.end(),
+                            [&](double x) { return x > 10 * median; });
   std::printf("%d ranks as %s, %zu B allreduce through %s%s: rank 0 median "
-              "%.2f us, p10 %.2f us, p90 %.2f us (%d iterations)\n",
+              "%.2f us, p10 %.2f us, p90 %.2f us (%d iterations)\n"
+              "  tail: p99 %.2f us, p99.9 %.2f us, max %.2f us, %ld "
+              "iterations over 10x the median\n",
               opts.ranks, opts.procs ? "processes" : "threads", opts.bytes,
               opts.backend_only ? "the shm backend only"
               : opts.on_lane    ? "the API, run on the lane"
                                 : "the API",
-              opts.pin ? ", pinned" : "", at(0.5), at(0.1), at(0.9),
-              opts.iters);
+              opts.pin ? ", pinned" : "", median, at(0.1), at(0.9), opts.iters,
+              at(0.99), at(0.999), samples.back(), static_cast<long>(slow));
 }
 
 } // namespace
