@@ -46,9 +46,17 @@ int rank_from_env() {
   return r != nullptr ? std::atoi(r) : -1;
 }
 
+// Written to a temporary name and renamed: a pid file that exists is
+// complete. Written in place, a rank stopped between creating the file and
+// flushing it left an empty file that every other rank took as "up", and
+// the test never learnt that rank's pid.
 void write_pid(const std::string& dir) {
-  std::ofstream out{dir + "/pid." + std::to_string(rank_from_env())};
-  out << ::getpid();
+  auto path = dir + "/pid." + std::to_string(rank_from_env());
+  {
+    std::ofstream out{path + ".tmp"};
+    out << ::getpid();
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
 void wait_for_every_pid(const std::string& dir) {
