@@ -529,6 +529,5 @@ TEST_CASE("a queued op keeps the views it was called with when the caller "
       col::allreduce(col::view_of(second), name);
     }
     log.expect(first == std::vector<float>(4, 3.0f), "first allreduce");
-    ++log.checks;
   });
 }

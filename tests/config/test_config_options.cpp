@@ -205,6 +205,11 @@ TEST_CASE("with sleeping idle workers, requests from outside the scheduler "
   caf::actor_system_config cfg;
   col::sleep_idle_workers(cfg);
   cfg.set("scheduler.max-threads", 2);
+  // A sleeping worker also wakes at the end of its relaxed sleep (10 ms by
+  // default): far longer here, so only the enqueue's wake-up can answer
+  // within the request's timeout.
+  cfg.set("work-stealing.relaxed-sleep-duration",
+          caf::timespan{std::chrono::seconds{60}});
   caf::actor_system sys{cfg};
   auto echo =
     sys.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });

@@ -1,7 +1,5 @@
 #include "caf_collective/group.hpp"
 
-#include <type_traits>
-
 #include <caf/expected.hpp>
 
 #include "runtime/backend_factory.hpp"
