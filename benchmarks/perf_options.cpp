@@ -34,7 +34,7 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
                      our API on backend shm, beside direct on --backend;
                      driver-overlap: the driver path with --window
                      requests in flight, time per op
-  --window W         requests in flight on driver-overlap (4)
+  --window W         requests in flight on driver-overlap, >= 2 (4)
   --iter-budget B    at most B / size timed and warm-up iterations per
                      size (at least 2 and 1; suffixes K M G; 0: -n, -w)
   --copy-model 0|1   measure the copy bandwidth first and print busbw as
@@ -212,8 +212,9 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         opts.raw_warm_up = as_int() != 0;
       else if (flag == "--window") {
         opts.window = as_int();
-        if (opts.window < 1)
-          throw std::invalid_argument("--window must be >= 1");
+        // One request in flight is the driver path, under its own name.
+        if (opts.window < 2)
+          throw std::invalid_argument("--window must be >= 2");
       } else if (flag == "--caf-scheduler") {
         if (value != "stealing" && value != "sharing" &&
             value != "stealing-sleep")

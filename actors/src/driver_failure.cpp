@@ -147,18 +147,17 @@ void on_op_deadline(driver_ptr self, const std::string& name, uint64_t gen) {
   }
   auto seq = j->first;
   std::vector<int> unfinished;
-  std::string details;
+  rank_failures failed; // ranks that replied with an error
   for (size_t r = 0; r < j->second.replied.size(); ++r) {
     if (!j->second.replied[r])
       unfinished.push_back(static_cast<int>(r));
-    else if (j->second.errors[r])
-      details +=
-        "; rank " + std::to_string(r) + ": " + render(j->second.errors[r]);
+    else
+      failed.add(r, j->second.errors[r]);
   }
   auto err = group_error(errc::timeout, g, j->second.req.op,
                          static_cast<int64_t>(seq), -1,
                          "deadline passed; ranks " + list_ranks(unfinished) +
-                           " had not finished" + details);
+                           " had not finished" + failed.details);
   j->second.rp.deliver(err);
   g.running.erase(j);
   log_histories(self, g, seq, render(err));

@@ -20,7 +20,6 @@
 #include <caf/all.hpp>
 
 #include <caf_collective/client.hpp>
-#include <caf_collective/client_ops.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
 #include <caf_collective/interfaces.hpp>

@@ -59,10 +59,11 @@ caf::expected<object_ref> object_store::put(tensor&& t, uint64_t owner) {
 }
 
 size_t object_store::release_owned_by(uint64_t owner) {
+  if (owner == 0) return 0; // 0 is "no owner": nothing to release
   std::vector<std::shared_ptr<tensor>> dropped; // freed outside the lock
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto i = objects_.begin(); i != objects_.end();) {
-    if (owner == 0 || i->second.owner != owner) {
+    if (i->second.owner != owner) {
       ++i;
       continue;
     }

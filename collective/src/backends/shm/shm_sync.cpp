@@ -268,7 +268,6 @@ std::string shm_backend::disagreement(int parity) const {
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
     keys[seg_.control(r).notice[parity].key].push_back(r);
-  if (keys.size() == 1) return {};
   std::string detail = "ranks disagree on the operation's arguments:";
   for (const auto& [key, ranks] : keys)
     detail += " ranks " + list_ranks(ranks) + " called " +
