@@ -416,3 +416,47 @@ TEST_CASE("shm starts: a rank that does not wait and a rank that does, with "
                "allreduce without waiting afterwards: " + col::render(err));
   });
 }
+
+TEST_CASE("shm starts: a rank that aborts while a peer's arrival finishes "
+          "the step gets its own op back as aborted or done, never as the "
+          "loss of itself") {
+  // Rank 0 starts an op without waiting, then aborts at the instant rank 1
+  // arrives: rank 1's thread may be finishing the step for both. Whoever
+  // ends rank 0's op must say rank 0 aborted, not that rank 0 left.
+  // The window is a few hundred nanoseconds wide: the rounds sweep the
+  // delay of the abort against the arrival across it.
+  constexpr int rounds = 3000;
+  auto spin_for = [](std::chrono::nanoseconds delay) {
+    auto until = clock_type::now() + delay;
+    while (clock_type::now() < until) {
+    }
+  };
+  for (int round = 0; round < rounds; ++round) {
+    auto name = "starts-abort-race-" + std::to_string(round);
+    auto delay = std::chrono::nanoseconds{(round % 50) * 40};
+    std::latch go{2};
+    run_threads(2, name, [&](int rank, rank_log& log) {
+      auto g = col::get_group(name);
+      std::vector<float> x(8, 1.0f);
+      if (rank == 0) {
+        auto w = g->allreduce(col::view_of(x), col::view_of(x));
+        go.arrive_and_wait();
+        spin_for(delay);
+        g->abort("the test aborts");
+        auto err = outcome(log, w, 10s);
+        if (err)
+          test::expect_error_of(log, "rank 0's own op", err, col::errc::aborted,
+                                {name, "the test aborts"});
+        return;
+      }
+      go.arrive_and_wait();
+      auto err =
+        outcome(log, g->allreduce(col::view_of(x), col::view_of(x)), 10s);
+      if (err)
+        log.expect(err.code() == static_cast<uint8_t>(col::errc::peer_lost) &&
+                     col::render(err).find("rank 0 left the group") !=
+                       std::string::npos,
+                   "rank 1's op: " + col::render(err));
+    });
+  }
+}

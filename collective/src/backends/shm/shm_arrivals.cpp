@@ -122,16 +122,21 @@ void arrival_hub::fail(int r, errc code, const std::string& text) {
   finish(r, make_error(code, where, text));
 }
 
-void arrival_hub::fail_all(errc own_code, int own_rank,
-                           const std::string& own_text, errc peer_code,
-                           const std::string& peer_text) {
+void arrival_hub::fail_aborted(int r, int own, int by, errc cause) {
+  if (r == own) {
+    fail(r, errc::aborted, "backend aborted: " + at(own).abort_reason);
+    return;
+  }
+  fail(r, cause == errc::timeout ? errc::timeout : errc::peer_lost,
+       "rank " + std::to_string(by) + " left the group (" +
+         std::string{to_string(cause)} + ")");
+}
+
+void arrival_hub::fail_all(int own, int by, errc cause) {
   for (int r = 0; r < world_size_; ++r) {
     auto v = at(r).waiting_for.load(std::memory_order_acquire);
-    if (v == 0 || (v & claimed) != 0 || !claim(r, v)) continue;
-    if (r == own_rank)
-      fail(r, own_code, own_text);
-    else
-      fail(r, peer_code, peer_text);
+    if (v != 0 && (v & claimed) == 0 && claim(r, v))
+      fail_aborted(r, own, by, cause);
   }
 }
 

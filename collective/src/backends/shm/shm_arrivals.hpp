@@ -40,6 +40,9 @@ struct arrival {
   op_kind op = op_kind::barrier;
   uint64_t seq = 0;
   milliseconds timeout{0};
+  /// What the owner's caller said when it aborted the group: written once,
+  /// before the owner marks the group aborted in the segment.
+  std::string abort_reason;
 };
 
 /// The arrivals of one group's ranks in this process, shared by their
@@ -72,10 +75,17 @@ class arrival_hub {
   /// Ends rank `r`'s op with an error of `code` whose context names it.
   void fail(int r, errc code, const std::string& text);
 
-  /// Claims and fails every op in flight (abort): `own_rank`'s with
-  /// `own_code` and `own_text`, the other ranks' with the peer ones.
-  void fail_all(errc own_code, int own_rank, const std::string& own_text,
-                errc peer_code, const std::string& peer_text);
+  /// Ends rank `r`'s claimed op because the group was aborted: rank `by`
+  /// aborted first, for `cause` (the failure that made it give up, or
+  /// `aborted` when its caller asked). `own` is a rank that aborted too and
+  /// whose reason is known here (`by` itself, or the caller of abort): its
+  /// op ends with `aborted` and its caller's reason, every other one with
+  /// the loss of `by` (or the same timeout, when `by` timed out).
+  void fail_aborted(int r, int own, int by, errc cause);
+
+  /// Claims and ends every op in flight as fail_aborted does: rank `own`
+  /// calls abort.
+  void fail_all(int own, int by, errc cause);
 
   /// Ends ops whose deadline passed with `timeout` (the watchdog).
   void expire(clock::time_point now);

@@ -217,6 +217,12 @@ class shm_backend : public backend {
   bool arrive(const op_call& call, op_notice notice,
               std::span<const std::byte> payload, op_completion& done);
 
+  /// The start of allreduce, reduce and reduce_scatter: `finisher_bytes`
+  /// as in can_start.
+  bool start_reduction(op_kind op, const op_call& call, const tensor_view& in,
+                       const tensor_view& out, int root, reduce_op how,
+                       size_t finisher_bytes, op_completion& done);
+
   /// Writes rank `r`'s result of the op `n` (every input in the small
   /// slots of `parity`) into `out`; `shared` is the allreduce result.
   caf::error write_result(int r, const op_notice& n, int parity, std::byte* out,
@@ -281,6 +287,10 @@ class shm_backend : public backend {
 
   caf::error failure_if_any(op_kind op, const op_call* call,
                             const std::vector<int>& waiting_for);
+
+  /// The rank whose abort broke the group first (waiting out a rank that
+  /// writes why it aborts), or -1.
+  int first_aborter() const noexcept;
 
   error_context context(op_kind op, const op_call* call) const noexcept;
 

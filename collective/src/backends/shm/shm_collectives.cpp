@@ -396,30 +396,32 @@ bool shm_backend::start_barrier(const op_call& call, const barrier_options&,
                 {}, done);
 }
 
+bool shm_backend::start_reduction(op_kind op, const op_call& call,
+                                  const tensor_view& in, const tensor_view& out,
+                                  int root, reduce_op how,
+                                  size_t finisher_bytes, op_completion& done) {
+  auto n = in.numel();
+  if (!can_start(in.nbytes(), finisher_bytes)) return false;
+  return arrive(
+    call,
+    make_notice(op, in, out, n, root, how, key_of(op, in.type(), n, root, how)),
+    payload_of(in), done);
+}
+
 bool shm_backend::start_allreduce(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const allreduce_options& opts,
                                   op_completion& done) {
-  auto n = in.numel();
-  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
-  return arrive(
-    call,
-    make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
-                key_of(op_kind::allreduce, in.type(), n, -1, opts.op)),
-    payload_of(in), done);
+  return start_reduction(op_kind::allreduce, call, in, out, -1, opts.op,
+                         in.nbytes() * size_t(world_size_), done);
 }
 
 bool shm_backend::start_reduce(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const reduce_options& opts,
                                op_completion& done) {
-  auto n = in.numel();
-  if (!can_start(in.nbytes(), in.nbytes())) return false;
-  return arrive(
-    call,
-    make_notice(op_kind::reduce, in, out, n, opts.root, opts.op,
-                key_of(op_kind::reduce, in.type(), n, opts.root, opts.op)),
-    payload_of(in), done);
+  return start_reduction(op_kind::reduce, call, in, out, opts.root, opts.op,
+                         in.nbytes(), done);
 }
 
 bool shm_backend::start_reduce_scatter(const op_call& call,
@@ -427,13 +429,8 @@ bool shm_backend::start_reduce_scatter(const op_call& call,
                                        const tensor_view& out,
                                        const reduce_scatter_options& opts,
                                        op_completion& done) {
-  auto n = in.numel();
-  if (!can_start(in.nbytes(), in.nbytes())) return false;
-  return arrive(
-    call,
-    make_notice(op_kind::reduce_scatter, in, out, n, -1, opts.op,
-                key_of(op_kind::reduce_scatter, in.type(), n, -1, opts.op)),
-    payload_of(in), done);
+  return start_reduction(op_kind::reduce_scatter, call, in, out, -1, opts.op,
+                         in.nbytes(), done);
 }
 
 bool shm_backend::start_allgather(const op_call& call, const tensor_view& in,

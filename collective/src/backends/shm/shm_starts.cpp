@@ -40,6 +40,13 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   // sees the other's epoch, so somebody always finishes the step.
   mine.epoch.store(target, std::memory_order_seq_cst);
   ring(); // ranks that wait for this step
+  if (aborted_.load(std::memory_order_seq_cst)) {
+    // Aborted on another thread since can_start: its abort may have ended
+    // the ops in flight before this one was published.
+    if (hub_->claim(rank_, target))
+      hub_->fail(rank_, errc::aborted, "backend aborted: " + abort_reason_);
+    return true;
+  }
   for (int r = 0; r < world_size_; ++r)
     if (seg_.control(r).epoch.load(std::memory_order_seq_cst) < target)
       return true; // a later arrival finishes it
@@ -59,14 +66,14 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   auto type = static_cast<dtype>(n.type);
   std::string failure = mismatch;
   auto code = errc::mismatch;
-  auto by = seg_.header().aborted_by.load(std::memory_order_acquire);
-  if (failure.empty() && by >= 0) {
-    code = errc::peer_lost;
-    failure = "rank " + std::to_string(by) + " left the group";
-  }
+  // A rank aborted: end every op as its own abort does (fail_all).
+  auto by = failure.empty() ? first_aborter() : -1;
+  if (by >= 0) take_announcements(); // its reason, for TSan
+  auto cause =
+    static_cast<errc>(seg_.header().abort_code.load(std::memory_order_acquire));
   // An allreduce's result is the same for everyone: computed once.
   const std::byte* shared = nullptr;
-  if (failure.empty() && op == op_kind::allreduce) {
+  if (failure.empty() && by < 0 && op == op_kind::allreduce) {
     op_state st{op, nullptr, clock::time_point::max(), target};
     st.how = path::small;
     if (auto err =
@@ -82,6 +89,10 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   auto end_op = [&](int r) {
     const auto& mine = seg_.control(r).notice[parity];
     if (mine.no_waiter == 0 || !hub_->claim(r, target)) return;
+    if (by >= 0) {
+      hub_->fail_aborted(r, by, by, cause);
+      return;
+    }
     if (!failure.empty()) {
       hub_->fail(r, code, failure);
       return;

@@ -120,11 +120,7 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
         " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
   // After the dead-process check: a survivor that saw a death first and
   // aborted its group must not hide which rank died.
-  auto by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
-  while (by == -2) { // a peer is writing why it aborts: a few instructions
-    std::this_thread::yield();
-    by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
-  }
+  auto by = first_aborter();
   if (by < 0 || by == rank_) return {};
   auto code = static_cast<errc>(seg_.header().abort_code.load());
   if (code == errc::peer_lost && waiting_for.empty()) {
@@ -142,6 +138,15 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
   return make_error(errc::peer_lost, context(op, call),
                     "rank " + std::to_string(by) + " left the group (" +
                       std::string{to_string(code)} + ")");
+}
+
+int shm_backend::first_aborter() const noexcept {
+  auto by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  while (by == -2) { // a peer is writing why it aborts: a few instructions
+    std::this_thread::yield();
+    by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
+  }
+  return by;
 }
 
 caf::error shm_backend::wait_until(function_ref<bool()> ready,
@@ -308,6 +313,9 @@ void shm_backend::stop_reading(const op_state& st) noexcept {
 void shm_backend::abort(std::string_view why) {
   if (aborted_.load()) return;
   abort_reason_ = std::string{why};
+  // Before the segment's mark: a finisher that sees the mark ends this
+  // rank's started op with this reason.
+  if (hub_) hub_->at(rank_).abort_reason = abort_reason_;
   aborted_.store(true, std::memory_order_release);
   // The first rank to abort breaks the group for its peers too: they fail
   // at once instead of reading buffers its caller is about to free. It
@@ -323,13 +331,12 @@ void shm_backend::abort(std::string_view why) {
   ring();
   if (hub_) {
     // Ops started without blocking have nobody waiting to see the mark:
-    // end them now, on every rank. Then make sure no finisher still writes
-    // into this rank's output.
-    auto code = failed_code_.load();
-    hub_->fail_all(errc::aborted, rank_, "backend aborted: " + abort_reason_,
-                   code == errc::timeout ? errc::timeout : errc::peer_lost,
-                   "rank " + std::to_string(rank_) + " left the group (" +
-                     std::string{to_string(code)} + ")");
+    // end them now, on every rank, as a finisher that sees the mark would.
+    // Then make sure no finisher still writes into this rank's output.
+    auto by = first_aborter();
+    hub_->fail_all(
+      rank_, by,
+      static_cast<errc>(h.abort_code.load(std::memory_order_acquire)));
     hub_->wait_unclaimed(rank_);
   }
   // Direct and single copy: a peer may be copying out of our buffers right
