@@ -97,6 +97,13 @@ class arrival_hub {
   /// output): an aborting rank's buffers are freed once abort returns.
   void wait_unclaimed(int r) const noexcept;
 
+  /// An address for rank `r` that every rank of the group in this process
+  /// agrees on and that lives as long as any of their backends: the key of
+  /// the ThreadSanitizer annotations (shm_tsan.hpp). A rank's own fields
+  /// would not do: a peer may still take its announcements while the rank's
+  /// backend is gone.
+  const void* sync_key(int r) const noexcept { return &arrivals_[size_t(r)]; }
+
   /// The epoch each rank reached, for the watchdog's error text.
   std::atomic<uint64_t>& arrived(int r) noexcept {
     return arrived_[size_t(r)].epoch;

@@ -199,6 +199,12 @@ class shm_backend : public backend {
                    std::span<const uint64_t> counts = {},
                    std::span<const std::byte> payload = {});
 
+  /// Writes what this rank publishes for an op starting at an epoch of
+  /// `parity`: `notice`, its key and no_waiter flag on the sync line, and
+  /// `payload` (if it fits the small slot) inline or into the slot.
+  void publish(int parity, const op_notice& notice,
+               std::span<const std::byte> payload) noexcept;
+
   /// Why the ranks' notices of `parity` disagree ("ranks [0] called ...;
   /// ranks [1] called ..."), or empty.
   std::string disagreement(int parity) const;
@@ -277,12 +283,12 @@ class shm_backend : public backend {
   /// takes what the peers announced once their flags were seen. No-ops in
   /// other builds.
   void announce() const noexcept {
-    if (direct_) tsan_release(&probe_word_);
+    if (hub_) tsan_release(hub_->sync_key(rank_));
   }
   void take_announcements() const noexcept {
-    if (direct_)
+    if (hub_)
       for (int r = 0; r < world_size_; ++r)
-        tsan_acquire(reinterpret_cast<const void*>(seg_.control(r).probe_addr));
+        tsan_acquire(hub_->sync_key(r));
   }
 
   caf::error failure_if_any(op_kind op, const op_call* call,

@@ -76,7 +76,7 @@ std::vector<uint64_t> shm_backend::published_headers(const op_state& st,
 const std::byte* shm_backend::source(const op_state& st, int rank,
                                      size_t round_start) const noexcept {
   switch (st.how) {
-    case path::small: return seg_.small_slot(rank, st.parity());
+    case path::small: return seg_.small_input(rank, st.parity());
     case path::staged: return seg_.area(rank, 0);
     default: {
       auto addr = seg_.control(rank).notice[st.parity()].in_addr;
@@ -170,7 +170,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
     for (const auto& n : needs)
       if (n.peer != rank_ && n.bytes > 0)
         std::memcpy(out + n.dst_offset,
-                    seg_.small_slot(n.peer, st.parity()) + n.src_offset,
+                    seg_.small_input(n.peer, st.parity()) + n.src_offset,
                     n.bytes);
     return {};
   }

@@ -4,8 +4,10 @@
 // Layout (every part cache-line aligned):
 //
 //   header            bell (futex word), sleepers, attach count, abort mark
-//   control[W]        per rank: sync epoch, pid, and per epoch parity the
-//                     op's agreement key, counts and published addresses
+//   control[W]        per rank: the sync line (epoch, and per epoch parity
+//                     the op's agreement key and an input of up to 16
+//                     bytes), pid, and per parity the op's counts and
+//                     published addresses
 //   small[W][2]       per rank and epoch parity: the input of a small op
 //                     (one sync step: written before it, read after it)
 //   slot[W]           per rank: two areas of `area_bytes` (A: the rank's
@@ -49,9 +51,14 @@ struct alignas(cache_line) segment_header {
   std::atomic<uint32_t> sleepers;                 // waiters in futex_wait
 };
 
+/// Bytes of a small op's input that ride on the rank's sync line.
+inline constexpr size_t inline_input_bytes = 16;
+
 /// What a rank publishes for one op, double-buffered by the parity of the
 /// op's first sync epoch: a fast rank may start its next op (and write the
-/// other parity) while a slow one still reads this one.
+/// other parity) while a slow one still reads this one. `key` and
+/// `no_waiter` are what every peer reads at every op: they are published
+/// on the rank's sync line too (rank_control), and read there.
 struct op_notice {
   uint64_t key;      // agreement key: op, dtype, counts, root, reduce op
   uint64_t in_addr;  // direct mode: the rank's input buffer
@@ -68,10 +75,22 @@ struct op_notice {
 };
 
 struct alignas(cache_line) rank_control {
+  // The sync line: all a peer reads of this rank at every step of a small
+  // op, so that one cache-line transfer per peer carries it. The fields of
+  // a parity are written before the epoch that publishes them.
   std::atomic<uint64_t> epoch; // sync steps completed
   /// The CPU the rank ran on at its last step: a waiter whose missing peer
   /// shares its CPU yields at once instead of spinning.
   std::atomic<int32_t> cpu;
+  /// Per parity: op_notice::no_waiter of the op starting there.
+  uint8_t no_waiter[2];
+  /// Per parity: 1 if the op's small input is in `inline_input`, 0 if in
+  /// the rank's small slot.
+  uint8_t input_inline[2];
+  /// Per parity: op_notice::key of the op starting there.
+  uint64_t key[2];
+  /// Per parity: a small op's input of at most inline_input_bytes.
+  alignas(16) std::byte inline_input[2][inline_input_bytes];
   /// Non-zero while this rank reads other ranks' buffers (direct mode); an
   /// aborting rank waits for it before its caller may free them.
   alignas(cache_line) std::atomic<uint32_t> reading;
@@ -84,6 +103,9 @@ struct alignas(cache_line) rank_control {
   uint64_t probe_addr;
   op_notice notice[2];
 };
+
+static_assert(offsetof(rank_control, reading) == cache_line,
+              "the sync line of rank_control must fit one cache line");
 
 /// What a rank's probe word holds: peers check that process_vm_readv read
 /// the right word, not just some readable memory.
@@ -133,6 +155,14 @@ class segment {
 
   /// Slot of `rank` for small ops starting at an epoch of parity `parity`.
   std::byte* small_slot(int rank, int parity) const noexcept;
+
+  /// Where the input `rank` published for a small op of `parity` lies: on
+  /// its sync line or in its small slot.
+  const std::byte* small_input(int rank, int parity) const noexcept {
+    const auto& c = control(rank);
+    return c.input_inline[parity] != 0 ? c.inline_input[parity]
+                                       : small_slot(rank, parity);
+  }
 
   size_t small_bytes() const noexcept { return header_->small_bytes; }
 

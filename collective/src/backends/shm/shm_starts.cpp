@@ -24,9 +24,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   auto parity = static_cast<int>(target % 2);
   auto& mine = seg_.control(rank_);
   notice.no_waiter = 1;
-  mine.notice[parity] = notice;
-  if (!payload.empty())
-    std::memcpy(seg_.small_slot(rank_, parity), payload.data(), payload.size());
+  publish(parity, notice, payload);
   auto& record = hub_->at(rank_);
   record.done = std::move(done);
   record.op = static_cast<op_kind>(notice.op);
@@ -58,7 +56,7 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   auto parity = static_cast<int>(target % 2);
   int sample = -1;
   for (int r = 0; r < world_size_ && sample < 0; ++r)
-    if (seg_.control(r).notice[parity].no_waiter != 0) sample = r;
+    if (seg_.control(r).no_waiter[parity] != 0) sample = r;
   if (sample < 0 || !hub_->win(target)) return;
   // The ranks agree (else `mismatch` says why): any notice stands for all.
   const auto& n = seg_.control(sample).notice[parity];
@@ -87,8 +85,8 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   // This rank's own op last: its owner may start the next one from the
   // completion, on another thread, and reuse this backend's scratch.
   auto end_op = [&](int r) {
-    const auto& mine = seg_.control(r).notice[parity];
-    if (mine.no_waiter == 0 || !hub_->claim(r, target)) return;
+    if (seg_.control(r).no_waiter[parity] == 0 || !hub_->claim(r, target))
+      return;
     if (by >= 0) {
       hub_->fail_aborted(r, by, by, cause);
       return;
@@ -97,7 +95,8 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
       hub_->fail(r, code, failure);
       return;
     }
-    auto* out = reinterpret_cast<std::byte*>(mine.out_addr);
+    auto* out =
+      reinterpret_cast<std::byte*>(seg_.control(r).notice[parity].out_addr);
     auto err = write_result(r, n, parity, out, shared);
     hub_->finish(r, std::move(err));
   };
@@ -111,7 +110,7 @@ caf::error shm_backend::write_result(int r, const op_notice& n, int parity,
   auto op = static_cast<op_kind>(n.op);
   auto type = static_cast<dtype>(n.type);
   auto es = size_of(type);
-  auto slot = [&](int q) { return seg_.small_slot(q, parity); };
+  auto slot = [&](int q) { return seg_.small_input(q, parity); };
   auto w = size_t(world_size_);
   op_state st{op, nullptr, clock::time_point::max(),
               static_cast<uint64_t>(parity)};

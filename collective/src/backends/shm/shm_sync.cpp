@@ -248,12 +248,10 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
                               std::span<const std::byte> payload) {
   st.first_epoch = epoch_ + 1;
   auto parity = st.parity();
-  seg_.control(rank_).notice[parity] = notice;
   if (!counts.empty())
     std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
   // Small ops need nothing more than this step: their data rides along.
-  if (!payload.empty() && payload.size() <= seg_.small_bytes())
-    std::memcpy(seg_.small_slot(rank_, parity), payload.data(), payload.size());
+  publish(parity, notice, payload);
   if (auto err = step(st)) return err;
   // Every rank published before stepping; nobody overwrites this parity
   // before every rank passed this op's last step.
@@ -263,16 +261,31 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
   return make_error(errc::mismatch, context(st.op, st.call), mismatch);
 }
 
+void shm_backend::publish(int parity, const op_notice& notice,
+                          std::span<const std::byte> payload) noexcept {
+  auto& mine = seg_.control(rank_);
+  mine.notice[parity] = notice;
+  mine.key[parity] = notice.key;
+  mine.no_waiter[parity] = notice.no_waiter;
+  bool on_line = payload.size() <= inline_input_bytes;
+  mine.input_inline[parity] = on_line ? 1 : 0;
+  if (payload.empty()) return;
+  if (on_line)
+    std::memcpy(mine.inline_input[parity], payload.data(), payload.size());
+  else if (payload.size() <= seg_.small_bytes())
+    std::memcpy(seg_.small_slot(rank_, parity), payload.data(), payload.size());
+}
+
 std::string shm_backend::disagreement(int parity) const {
-  // The common case allocates nothing.
-  auto first = seg_.control(0).notice[parity].key;
+  // The common case allocates nothing, and reads only the sync lines.
+  auto first = seg_.control(0).key[parity];
   bool same = true;
   for (int r = 1; r < world_size_; ++r)
-    same = same && seg_.control(r).notice[parity].key == first;
+    same = same && seg_.control(r).key[parity] == first;
   if (same) return {};
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
-    keys[seg_.control(r).notice[parity].key].push_back(r);
+    keys[seg_.control(r).key[parity]].push_back(r);
   std::string detail = "ranks disagree on the operation's arguments:";
   for (const auto& [key, ranks] : keys)
     detail += " ranks " + list_ranks(ranks) + " called " +

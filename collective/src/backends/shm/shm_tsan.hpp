@@ -5,9 +5,10 @@
 // address, never links a rank's release of its epoch with a peer's acquire
 // of it: every read of a peer's buffer after a sync step looked like a race
 // (docs/sanitizers.md). The backend therefore also tells TSan about each
-// publication and observation, on one address all ranks of the process
-// agree on: each rank's probe word, whose address every rank publishes in
-// its control block. Outside TSan builds these are no-ops.
+// publication and observation, on one address per rank that all ranks of
+// the process agree on and that outlives every rank's backend: the rank's
+// record in the group's arrival hub (arrival_hub::sync_key). Outside TSan
+// builds these are no-ops.
 #pragma once
 
 #if defined(__SANITIZE_THREAD__)
