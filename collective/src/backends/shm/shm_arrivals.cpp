@@ -78,6 +78,14 @@ class watchdog {
 
 } // namespace
 
+std::string not_arrived_text(milliseconds timeout,
+                             const std::vector<int>& missing) {
+  return "not finished within " + std::to_string(timeout.count()) +
+         " ms: ranks " + list_ranks(missing) +
+         " did not arrive (they did not call this operation, are too slow or "
+         "stopped)";
+}
+
 arrival_hub::arrival_hub(std::string group, int world_size)
   : group_(std::move(group)), world_size_(world_size),
     arrivals_(new arrival[size_t(world_size)]),
@@ -151,11 +159,7 @@ void arrival_hub::expire(clock::time_point now) {
     std::vector<int> missing;
     for (int q = 0; q < world_size_; ++q)
       if (arrived(q).load(std::memory_order_acquire) < v) missing.push_back(q);
-    fail(r, errc::timeout,
-         "not finished within " + std::to_string(a.timeout.count()) +
-           " ms: ranks " + list_ranks(missing) +
-           " did not arrive (they did not call this operation, are too slow "
-           "or stopped)");
+    fail(r, errc::timeout, not_arrived_text(a.timeout, missing));
   }
 }
 

@@ -22,11 +22,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 
 namespace caf_collective::detail::shm {
+
+/// The text of a timeout, whether the op's rank waited or not: "not
+/// finished within T ms: ranks [...] did not arrive (...)".
+std::string not_arrived_text(milliseconds timeout,
+                             const std::vector<int>& missing);
 
 /// One rank's op in flight without a waiting thread.
 struct arrival {

@@ -34,6 +34,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   epoch_ = target;
   hub_->arrived(rank_).store(target, std::memory_order_release);
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  announce(); // as step() does before every epoch it sets
   // Sequentially consistent: of two ranks arriving at once, at least one
   // sees the other's epoch, so somebody always finishes the step.
   mine.epoch.store(target, std::memory_order_seq_cst);

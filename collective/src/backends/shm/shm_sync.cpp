@@ -182,11 +182,7 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
       failed_code_.store(errc::timeout);
       return make_error(
         errc::timeout, context(op, call),
-        "not finished within " +
-          std::to_string(call ? call->timeout.count() : 0) + " ms: ranks " +
-          list_ranks(missing) +
-          " did not arrive (they did not call this operation, are too slow "
-          "or stopped)");
+        not_arrived_text(call ? call->timeout : milliseconds{0}, missing));
     }
     auto slice = std::min<clock::duration>(deadline - now, sleep_slice);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice);
