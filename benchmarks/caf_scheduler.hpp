@@ -11,15 +11,9 @@
 
 #include "caf_collective/config_options.hpp"
 
+#include "caf_scheduler_names.hpp"
+
 namespace caf_collective::bench {
-
-/// The names --caf-scheduler takes, for usage texts.
-inline constexpr const char* caf_scheduler_names =
-  "stealing, sharing or stealing-sleep";
-
-inline bool is_caf_scheduler(const std::string& name) {
-  return name == "stealing" || name == "sharing" || name == "stealing-sleep";
-}
 
 /// Sets up `cfg` for the scheduler `name` (see is_caf_scheduler).
 inline void use_caf_scheduler(caf::actor_system_config& cfg,

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "caf_scheduler_names.hpp"
+
 namespace caf_collective::bench {
 
 namespace {
@@ -216,10 +218,9 @@ std::optional<perf_options> parse_perf_options(int argc, char** argv,
         if (opts.window < 2)
           throw std::invalid_argument("--window must be >= 2");
       } else if (flag == "--caf-scheduler") {
-        if (value != "stealing" && value != "sharing" &&
-            value != "stealing-sleep")
-          throw std::invalid_argument("--caf-scheduler must be stealing, "
-                                      "sharing or stealing-sleep");
+        if (!is_caf_scheduler(value))
+          throw std::invalid_argument(std::string{"--caf-scheduler must be "} +
+                                      caf_scheduler_names);
         opts.caf_scheduler = value;
       } else if (flag == "--csv")
         opts.csv_file = value;

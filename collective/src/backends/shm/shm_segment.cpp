@@ -17,7 +17,10 @@ namespace caf_collective::detail::shm {
 
 namespace {
 
-constexpr uint64_t segment_magic = 0x6361666d73686d32ull; // "cafmshm2"
+// The layout's version is its last character: bump it with every change of
+// the layout (3: the sync line carries the key and a small input), so that
+// a process of another build refuses the segment instead of misreading it.
+constexpr uint64_t segment_magic = 0x6361666d73686d33ull; // "cafmshm3"
 
 constexpr size_t round_up(size_t x) noexcept {
   return (x + cache_line - 1) / cache_line * cache_line;
