@@ -104,7 +104,8 @@ void arrival_hub::publish(int r, uint64_t target,
   auto& a = at(r);
   a.deadline.store(deadline.time_since_epoch().count(),
                    std::memory_order_relaxed);
-  a.waiting_for.store(target, std::memory_order_release);
+  // Sequentially consistent: pairs with abort's mark and fail_all's scan.
+  a.waiting_for.store(target, std::memory_order_seq_cst);
 }
 
 bool arrival_hub::claim(int r, uint64_t target) noexcept {
@@ -142,7 +143,7 @@ void arrival_hub::fail_aborted(int r, int own, int by, errc cause) {
 
 void arrival_hub::fail_all(int own, int by, errc cause) {
   for (int r = 0; r < world_size_; ++r) {
-    auto v = at(r).waiting_for.load(std::memory_order_acquire);
+    auto v = at(r).waiting_for.load(std::memory_order_seq_cst);
     if (v != 0 && (v & claimed) == 0 && claim(r, v))
       fail_aborted(r, own, by, cause);
   }

@@ -325,7 +325,10 @@ void shm_backend::abort(std::string_view why) {
   // Before the segment's mark: a finisher that sees the mark ends this
   // rank's started op with this reason.
   if (hub_) hub_->at(rank_).abort_reason = abort_reason_;
-  aborted_.store(true, std::memory_order_release);
+  // Sequentially consistent, like the loads of fail_all and the stores of
+  // arrive(): of an abort and an arrival at once, at least one sees the
+  // other, so the arriving op cannot slip past both.
+  aborted_.store(true, std::memory_order_seq_cst);
   // The first rank to abort breaks the group for its peers too: they fail
   // at once instead of reading buffers its caller is about to free. It
   // tells them why: after its own timeout they report the same timeout.
