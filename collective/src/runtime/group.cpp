@@ -245,7 +245,6 @@ work group::submit(op_kind op, caf::error validation, Fn body,
                       "more (initialize the group again)"));
     state =
       std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
-    track_pending(state, op, p2p);
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
     // Any other caller may still start an op that needs no waiting on its
@@ -254,6 +253,10 @@ work group::submit(op_kind op, caf::error validation, Fn body,
       run_here = target.try_claim();
     else if constexpr (Fn::startable)
       start_here = target.try_claim();
+    // abort() ends the tracked ops for whoever waits on their handles. An
+    // op run here has no such waiter: its caller is inside it, and the
+    // backend's abort ends it.
+    if (!run_here) track_pending(state, op, p2p);
     // An op run here starts now: one history entry instead of two.
     history_.queued(state->seq(), p2p, op, body.bytes, run_here);
     if (!run_here && !start_here) post();
