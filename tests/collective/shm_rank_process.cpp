@@ -10,6 +10,12 @@
 //             group and forms a new one with the other survivors (world - 1
 //             ranks, the sleeper is the last rank) and runs an allreduce on
 //             it. Exit 0 when all of that happened as expected.
+//   leaver    joins, receives from the sleeper, which must fail with
+//             peer_lost naming it; destroys the group (which marks it
+//             aborted) and exits
+//   witness   joins, runs an allreduce that must fail with peer_lost naming
+//             the sleeper as the one rank that died (argument 6: the op
+//             timeout in ms), then destroys the group
 // Errors go to stderr; exit 1 on anything unexpected.
 #include <chrono>
 #include <cstdio>
@@ -182,6 +188,40 @@ int main(int argc, char** argv) {
       col::allreduce(col::view_of(x), again);
       expect(x[0] == float(world - 1), "allreduce among the survivors");
       col::destroy_collective_group(again);
+      return failures == 0 ? 0 : 1;
+    }
+    if (mode == "leaver") {
+      col::barrier(g);
+      std::vector<float> x(4);
+      try {
+        col::recv(col::view_of(x), world - 1, g);
+        expect(false, "a recv from the sleeper succeeded");
+      } catch (const col::collective_error& e) {
+        std::printf("rank %d: %s\n", my_rank, e.what());
+        expect(e.code() == col::errc::peer_lost,
+               std::string{"expected peer_lost, got "} + e.what());
+      }
+      col::destroy_collective_group(g);
+      return failures == 0 ? 0 : 1;
+    }
+    if (mode == "witness" && argc == 7) {
+      col::barrier(g);
+      std::vector<float> x(1000, 1.0f);
+      col::allreduce_options opts;
+      opts.timeout = std::chrono::milliseconds{std::atoi(argv[6])};
+      try {
+        col::allreduce(col::view_of(x), g, opts);
+        expect(false, "allreduce without the sleeper succeeded");
+      } catch (const col::collective_error& e) {
+        std::string text = e.what();
+        std::printf("rank %d: %s\n", my_rank, text.c_str());
+        auto sleeper = std::to_string(world - 1);
+        expect(e.code() == col::errc::peer_lost &&
+                 text.find("the process of rank " + sleeper + " died") !=
+                   std::string::npos,
+               "expected the death of rank " + sleeper + " alone, got " + text);
+      }
+      col::destroy_collective_group(g);
       return failures == 0 ? 0 : 1;
     }
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());

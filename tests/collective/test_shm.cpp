@@ -92,6 +92,28 @@ TEST_CASE("shm: a stopped process makes every survivor time out naming it, and "
   run_fault("stopped", "timeout", "1500", SIGSTOP);
 }
 
+TEST_CASE("shm: a survivor that gave up and left is not blamed: a rank "
+          "waiting for it and for the killed rank names the killed one") {
+  // Rank 1 loses rank 2 (in a recv), destroys its group (which marks it
+  // aborted because of peer_lost) and exits. Rank 0, stopped meanwhile,
+  // waits for both in an allreduce: when it goes on, both processes are
+  // gone, and the one to name is rank 2, whose death started it all.
+  test::temp_dir dir;
+  const std::string group = "blame";
+  auto witness = spawn("witness", 3, 0, dir, group, {"20000"});
+  auto leaver = spawn("leaver", 3, 1, dir, group);
+  auto sleeper = spawn("sleeper", 3, 2, dir, group);
+  // Formation and the barrier take well under this.
+  std::this_thread::sleep_for(1500ms);
+  kill(witness, SIGSTOP);
+  kill(sleeper, SIGKILL);
+  test::wait_process(sleeper, 10s);
+  CHECK(test::wait_process(leaver, 30s) == 0);
+  kill(witness, SIGCONT);
+  CHECK(test::wait_process(witness, 30s) == 0);
+  CHECK(leftovers(group).empty());
+}
+
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
           "and fails its peer's next op") {
   auto store = col::make_in_process_store();

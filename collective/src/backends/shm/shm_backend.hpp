@@ -294,9 +294,15 @@ class shm_backend : public backend {
   caf::error failure_if_any(op_kind op, const op_call* call,
                             const std::vector<int>& waiting_for);
 
-  /// The rank whose abort broke the group first (waiting out a rank that
-  /// writes why it aborts), or -1.
-  int first_aborter() const noexcept;
+  /// The rank whose abort broke the group first (-1: none yet) and why.
+  struct aborter {
+    int rank = -1;
+    errc code = errc::aborted;
+  };
+  aborter first_aborter() const noexcept;
+
+  /// Those of `ranks` (other than this rank) whose process is gone.
+  std::vector<int> gone_among(const std::vector<int>& ranks) const;
 
   error_context context(op_kind op, const op_call* call) const noexcept;
 

@@ -116,8 +116,7 @@ caf::expected<segment> segment::create(const std::string& name, int world_size,
   h.area_bytes = round_up(area_bytes);
   h.mailbox_bytes = round_up(mailbox_bytes);
   h.small_bytes = static_cast<uint32_t>(round_up(small_bytes));
-  h.aborted_by.store(-1);
-  h.abort_code.store(0);
+  h.abort_mark.store(0);
   for (int r = 0; r < world_size; ++r)
     new (&result.control(r)) rank_control{};
   for (int from = 0; from < world_size; ++from)

@@ -41,15 +41,30 @@ struct alignas(cache_line) segment_header {
   uint64_t area_bytes;
   uint64_t mailbox_bytes;
   std::atomic<uint32_t> attached;
-  /// -1, or the rank whose abort() broke the group for everyone (-2 while
-  /// that rank writes abort_code).
-  std::atomic<int32_t> aborted_by;
-  /// Why it aborted: an errc (timeout, peer_lost: its op had failed; aborted:
-  /// it was told to).
-  std::atomic<uint32_t> abort_code;
+  /// 0, or the mark of the first rank whose abort() broke the group for
+  /// everyone (make_abort_mark): its rank and why it aborted. One word set
+  /// by one compare-and-swap, so a rank killed while it aborts leaves no
+  /// mark or a whole one.
+  std::atomic<uint64_t> abort_mark;
   alignas(cache_line) std::atomic<uint32_t> bell; // futex word
   std::atomic<uint32_t> sleepers;                 // waiters in futex_wait
 };
+
+/// The abort mark of `rank`, which aborted because of `code` (an errc:
+/// timeout, peer_lost: its op had failed; aborted: it was told to).
+constexpr uint64_t make_abort_mark(int rank, uint32_t code) noexcept {
+  return (static_cast<uint64_t>(rank) + 1) << 32 | code;
+}
+
+/// The rank of an abort mark, -1 for none.
+constexpr int abort_mark_rank(uint64_t mark) noexcept {
+  return static_cast<int>(mark >> 32) - 1;
+}
+
+/// The errc of an abort mark.
+constexpr uint32_t abort_mark_code(uint64_t mark) noexcept {
+  return static_cast<uint32_t>(mark);
+}
 
 /// Bytes of a small op's input that ride on the rank's sync line.
 inline constexpr size_t inline_input_bytes = 16;

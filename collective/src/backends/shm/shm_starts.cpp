@@ -14,7 +14,7 @@ bool shm_backend::can_start(size_t bytes,
   return hub_ && bytes <= seg_.small_bytes() &&
          finisher_bytes <= max_finisher_bytes &&
          !aborted_.load(std::memory_order_acquire) &&
-         seg_.header().aborted_by.load(std::memory_order_acquire) == -1;
+         seg_.header().abort_mark.load(std::memory_order_acquire) == 0;
 }
 
 bool shm_backend::arrive(const op_call& call, op_notice notice,
@@ -66,10 +66,10 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   std::string failure = mismatch;
   auto code = errc::mismatch;
   // A rank aborted: end every op as its own abort does (fail_all).
-  auto by = failure.empty() ? first_aborter() : -1;
+  auto mark = failure.empty() ? first_aborter() : aborter{};
+  auto by = mark.rank;
+  auto cause = mark.code;
   if (by >= 0) take_announcements(); // its reason, for TSan
-  auto cause =
-    static_cast<errc>(seg_.header().abort_code.load(std::memory_order_acquire));
   // An allreduce's result is the same for everyone: computed once.
   const std::byte* shared = nullptr;
   if (failure.empty() && by < 0 && op == op_kind::allreduce) {

@@ -107,11 +107,19 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
   if (aborted_.load(std::memory_order_acquire))
     return make_error(errc::aborted, context(op, call),
                       "backend aborted: " + abort_reason_);
-  std::vector<int> dead;
-  for (int r : waiting_for)
-    if (pids_[size_t(r)] > 0 && pids_[size_t(r)] != pids_[size_t(rank_)] &&
-        process_gone(pids_[size_t(r)], pidfds_[size_t(r)]))
-      dead.push_back(r);
+  auto dead = gone_among(waiting_for);
+  auto mark = first_aborter();
+  if (!dead.empty() && mark.code == errc::peer_lost &&
+      std::find(dead.begin(), dead.end(), mark.rank) != dead.end()) {
+    // The rank that aborted had lost a peer, then its process ended too
+    // (a survivor that gave up): name the ranks that died without leaving
+    // word, if this rank can see them.
+    std::vector<int> others;
+    for (int r = 0; r < world_size_; ++r)
+      if (r != mark.rank) others.push_back(r);
+    if (auto silent = gone_among(others); !silent.empty())
+      dead = std::move(silent);
+  }
   if (!dead.empty())
     return make_error(
       errc::peer_lost, context(op, call),
@@ -120,9 +128,9 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
         " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
   // After the dead-process check: a survivor that saw a death first and
   // aborted its group must not hide which rank died.
-  auto by = first_aborter();
+  auto by = mark.rank;
   if (by < 0 || by == rank_) return {};
-  auto code = static_cast<errc>(seg_.header().abort_code.load());
+  auto code = mark.code;
   if (code == errc::peer_lost && waiting_for.empty()) {
     // It lost a peer: name the dead if this rank can see them too.
     std::vector<int> everyone(static_cast<size_t>(world_size_));
@@ -140,13 +148,19 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
                       std::string{to_string(code)} + ")");
 }
 
-int shm_backend::first_aborter() const noexcept {
-  auto by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
-  while (by == -2) { // a peer is writing why it aborts: a few instructions
-    std::this_thread::yield();
-    by = seg_.header().aborted_by.load(std::memory_order_seq_cst);
-  }
-  return by;
+shm_backend::aborter shm_backend::first_aborter() const noexcept {
+  auto mark = seg_.header().abort_mark.load(std::memory_order_seq_cst);
+  if (mark == 0) return {};
+  return {abort_mark_rank(mark), static_cast<errc>(abort_mark_code(mark))};
+}
+
+std::vector<int> shm_backend::gone_among(const std::vector<int>& ranks) const {
+  std::vector<int> result;
+  for (int r : ranks)
+    if (pids_[size_t(r)] > 0 && pids_[size_t(r)] != pids_[size_t(rank_)] &&
+        process_gone(pids_[size_t(r)], pidfds_[size_t(r)]))
+      result.push_back(r);
+  return result;
 }
 
 caf::error shm_backend::wait_until(function_ref<bool()> ready,
@@ -231,7 +245,7 @@ caf::error shm_backend::step(op_state& st) {
     return err;
   // A rank that aborted may have stepped before: its op failed, so the
   // group is broken for this op too (small ops end with this step).
-  if (seg_.header().aborted_by.load(std::memory_order_acquire) != -1)
+  if (seg_.header().abort_mark.load(std::memory_order_acquire) != 0)
     if (auto err = failure_if_any(st.op, st.call, {})) {
       failed_code_.store(code_of(err));
       return err;
@@ -333,22 +347,18 @@ void shm_backend::abort(std::string_view why) {
   // at once instead of reading buffers its caller is about to free. It
   // tells them why: after its own timeout they report the same timeout.
   auto& h = seg_.header();
-  int32_t none = -1;
+  uint64_t none = 0;
   announce();
-  if (h.aborted_by.compare_exchange_strong(none, -2,
-                                           std::memory_order_seq_cst)) {
-    h.abort_code.store(static_cast<uint32_t>(failed_code_.load()));
-    h.aborted_by.store(rank_, std::memory_order_seq_cst);
-  }
+  h.abort_mark.compare_exchange_strong(
+    none, make_abort_mark(rank_, static_cast<uint32_t>(failed_code_.load())),
+    std::memory_order_seq_cst);
   ring();
   if (hub_) {
     // Ops started without blocking have nobody waiting to see the mark:
     // end them now, on every rank, as a finisher that sees the mark would.
     // Then make sure no finisher still writes into this rank's output.
-    auto by = first_aborter();
-    hub_->fail_all(
-      rank_, by,
-      static_cast<errc>(h.abort_code.load(std::memory_order_acquire)));
+    auto mark = first_aborter();
+    hub_->fail_all(rank_, mark.rank, mark.code);
     hub_->wait_unclaimed(rank_);
   }
   // Direct and single copy: a peer may be copying out of our buffers right
