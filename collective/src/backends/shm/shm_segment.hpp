@@ -114,6 +114,10 @@ struct alignas(cache_line) rank_control {
   /// process_vm_readv, 2 if the kernel refused (then the group copies
   /// through the segment), 0 before it knows.
   std::atomic<uint32_t> single_copy_verdict;
+  /// 1 once this rank aborted the group (it left word): if its process
+  /// ends afterwards, that is not a death to report (a survivor that gave
+  /// up), and peers look for the ranks that died without word instead.
+  std::atomic<uint32_t> left_word;
   /// The address of the rank's probe word (its value: probe_value(rank)).
   uint64_t probe_addr;
   op_notice notice[2];

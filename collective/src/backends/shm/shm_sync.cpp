@@ -108,17 +108,17 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
     return make_error(errc::aborted, context(op, call),
                       "backend aborted: " + abort_reason_);
   auto dead = gone_among(waiting_for);
-  auto mark = first_aborter();
-  if (!dead.empty() && mark.code == errc::peer_lost &&
-      std::find(dead.begin(), dead.end(), mark.rank) != dead.end()) {
-    // The rank that aborted had lost a peer, then its process ended too
-    // (a survivor that gave up): name the ranks that died without leaving
-    // word, if this rank can see them.
-    std::vector<int> others;
+  auto left_word = [this](int r) {
+    return seg_.control(r).left_word.load(std::memory_order_acquire) != 0;
+  };
+  if (std::any_of(dead.begin(), dead.end(), left_word)) {
+    // Some of them aborted before their process ended (survivors that gave
+    // up): name the ranks that died without leaving word, if this rank can
+    // see any.
+    std::vector<int> silent;
     for (int r = 0; r < world_size_; ++r)
-      if (r != mark.rank) others.push_back(r);
-    if (auto silent = gone_among(others); !silent.empty())
-      dead = std::move(silent);
+      if (!left_word(r)) silent.push_back(r);
+    if (silent = gone_among(silent); !silent.empty()) dead = std::move(silent);
   }
   if (!dead.empty())
     return make_error(
@@ -128,6 +128,7 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
         " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
   // After the dead-process check: a survivor that saw a death first and
   // aborted its group must not hide which rank died.
+  auto mark = first_aborter();
   auto by = mark.rank;
   if (by < 0 || by == rank_) return {};
   auto code = mark.code;
@@ -348,6 +349,7 @@ void shm_backend::abort(std::string_view why) {
   // tells them why: after its own timeout they report the same timeout.
   auto& h = seg_.header();
   uint64_t none = 0;
+  seg_.control(rank_).left_word.store(1, std::memory_order_seq_cst);
   announce();
   h.abort_mark.compare_exchange_strong(
     none, make_abort_mark(rank_, static_cast<uint32_t>(failed_code_.load())),
