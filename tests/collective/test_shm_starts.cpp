@@ -453,10 +453,8 @@ TEST_CASE("shm starts: a rank that aborts while a peer's arrival finishes "
       auto err =
         outcome(log, g->allreduce(col::view_of(x), col::view_of(x)), 10s);
       if (err)
-        log.expect(err.code() == static_cast<uint8_t>(col::errc::peer_lost) &&
-                     col::render(err).find("rank 0 left the group") !=
-                       std::string::npos,
-                   "rank 1's op: " + col::render(err));
+        test::expect_error_of(log, "rank 1's op", err, col::errc::peer_lost,
+                              {name, "rank 0 left the group"});
     });
   }
 }
