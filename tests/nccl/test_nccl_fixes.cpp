@@ -62,6 +62,7 @@ TEST_CASE("abort returns at once while the caller's default stream is held") {
   g->abort("test abort");
   // The stream is still held: abort did not wait for it.
   CHECK(clock_type::now() - start < 2s);
+  CHECK(cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady);
   CHECK(col::code_of(w.wait()) == col::errc::aborted);
   block.open();
 }
@@ -77,6 +78,9 @@ TEST_CASE("an op that timed out behind the caller's work never writes later") {
     col::allreduce_options opts;
     opts.timeout = 300ms;
     err = g->allreduce(in, out, opts).wait();
+    // The failed op came back while the caller's work still holds the
+    // stream: its cleanup did not wait for that work either.
+    CHECK(cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady);
     block.open();
   }
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

@@ -46,9 +46,10 @@ nccl_clique::create(nccl_clique_spec spec, const error_context& where,
                                  "forming NCCL communicator '" +
                                    self->spec_.label + "'");
   if (err) {
-    self->abort_comms_locked();
+    self->abort_comms_now_locked(); // NCCL's init may still be running
     return err;
   }
+  self->nccl_work_pending_ = false;
   guard.unlock();
   log().debug("communicator '{}' ready: {} local rank(s) of {}",
               self->spec_.label, self->slots_.size(), self->spec_.nranks);
@@ -162,12 +163,30 @@ void nccl_clique::abort(std::string_view why) {
 void nccl_clique::abort_comms_locked() {
   if (!comms_alive_) return;
   comms_alive_ = false;
+  // Nothing of ours is queued on the communicators (the step failed before
+  // it issued, or the clique sat idle): no kernel can touch a buffer, so
+  // the communicators may wait for the teardown. ncclCommAbort frees
+  // device memory, and that waits for all work on the device, the caller's
+  // legacy-stream work included: a step that timed out behind a host
+  // function there returned only once that function did (seen on an
+  // H100: 30 s instead of 300 ms). Only work in flight must be stopped now.
+  if (!nccl_work_pending_) {
+    log().info("communicator '{}' stopped with nothing in flight; aborted "
+               "at teardown",
+               spec_.label);
+    return;
+  }
+  abort_comms_now_locked();
+}
+
+void nccl_clique::abort_comms_now_locked() {
+  comms_alive_ = false;
+  bool any = false;
   // Outside the issue mutex: ncclCommAbort waits for NCCL's streams and
-  // threads, and other communicators must keep issuing meanwhile. Our
-  // streams never wait for the caller's (see nccl_slot::ready), so this
-  // does not wait for the caller's work.
+  // threads, and other communicators must keep issuing meanwhile.
   for (auto& slot : slots_) {
     if (slot.comm == nullptr) continue;
+    any = true;
     device_guard dev{slot.device};
     // Stops the kernels still running on the communicator, so the
     // operations' buffers are no longer touched once this returns.
@@ -176,7 +195,8 @@ void nccl_clique::abort_comms_locked() {
                  nccl_text(res, nullptr));
     slot.comm = nullptr;
   }
-  log().info("communicator '{}' aborted", spec_.label);
+  nccl_work_pending_ = false;
+  if (any) log().info("communicator '{}' aborted", spec_.label);
 }
 
 caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue,
@@ -200,6 +220,7 @@ caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue,
   };
   // issue_group reports after releasing the issue mutex, so fail() below
   // never runs with it held.
+  nccl_work_pending_ = true;
   auto issued =
     issue_group(ctx.where, "the NCCL operation", slots_.front().comm, body);
   if (issued.err) return fail(std::move(issued.err));
@@ -216,6 +237,7 @@ caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue,
       return fail(cuda_error(ctx.where, "cudaEventRecord", err));
   }
   if (auto err = wait_done(ctx)) return fail(std::move(err));
+  nccl_work_pending_ = false;
   return {};
 }
 

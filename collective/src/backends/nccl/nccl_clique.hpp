@@ -45,8 +45,10 @@ struct nccl_slot {
   /// Recorded on the legacy default stream before a step and polled on the
   /// host: a step enqueues nothing before the caller's work there (and on
   /// blocking streams) finished. A device-side wait would chain NCCL's
-  /// internal streams to the caller's, and ncclCommAbort synchronizes
-  /// those: an abort would then wait for the caller's work, maybe forever.
+  /// kernels to the caller's work, and a step could not be stopped before
+  /// that work finished. (ncclCommAbort itself waits for all work on the
+  /// device when it frees memory, so a clique with nothing in flight
+  /// leaves its abort to the teardown: see abort_comms_locked.)
   cudaEvent_t ready = nullptr;
   /// Recorded on `stream` after a step; polled for completion.
   cudaEvent_t done = nullptr;
@@ -195,7 +197,12 @@ class nccl_clique {
   caf::error wait_done(const nccl_step_ctx& ctx);
   caf::error aborted_error(const error_context& where) const;
   caf::error fail(caf::error err);
+  /// Stops the communicators for good: aborts them now when NCCL work of
+  /// ours may be in flight, else leaves the abort to the teardown (it
+  /// would wait for the caller's work on the device).
   void abort_comms_locked();
+  /// Aborts every communicator still held, whatever is in flight.
+  void abort_comms_now_locked();
   // Teardown phases (nccl_teardown.cpp).
   bool begin_finalize();
   int poll_finalize();
@@ -210,6 +217,10 @@ class nccl_clique {
   // for the step.
   std::mutex run_mtx_;
   bool comms_alive_ = false; // guarded by run_mtx_
+  // Guarded by run_mtx_: NCCL work of ours may still run (an init or a
+  // step issued and not seen complete). True from the start: formation's
+  // init is such work.
+  bool nccl_work_pending_ = true;
   bool torn_down_ = false;   // guarded by run_mtx_
   std::atomic<bool> abort_requested_{false};
   mutable std::mutex reason_mtx_;

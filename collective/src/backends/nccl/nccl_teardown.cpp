@@ -128,7 +128,7 @@ void nccl_clique::finish_teardown(bool finalized, steady_time deadline) {
     }
     comms_alive_ = false;
   } else {
-    abort_comms_locked();
+    abort_comms_now_locked();
   }
   for (auto& slot : slots_) {
     device_guard dev{slot.device};
