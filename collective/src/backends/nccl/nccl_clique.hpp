@@ -217,11 +217,11 @@ class nccl_clique {
   // for the step.
   std::mutex run_mtx_;
   bool comms_alive_ = false; // guarded by run_mtx_
+  bool torn_down_ = false;   // guarded by run_mtx_
   // Guarded by run_mtx_: NCCL work of ours may still run (an init or a
   // step issued and not seen complete). True from the start: formation's
   // init is such work.
   bool nccl_work_pending_ = true;
-  bool torn_down_ = false;   // guarded by run_mtx_
   std::atomic<bool> abort_requested_{false};
   mutable std::mutex reason_mtx_;
   std::string abort_reason_; // guarded by reason_mtx_
