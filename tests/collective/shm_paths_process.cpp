@@ -11,7 +11,8 @@
 //             (float sums in rank order) and, for data movement, right
 //   matrix    allreduce, reduce and reduce_scatter of every dtype and
 //             reduce op against the reference of test_support.hpp, at sizes
-//             of the small path and of the large paths
+//             of the small path and of the large paths, and at sizes that
+//             take several staged rounds
 //   victim    root of 8 MiB broadcasts (single copy) until it is killed
 //   reader    takes the victim's broadcasts until one fails; exit 0 if it
 //             failed with peer_lost naming the victim (the last rank)
@@ -219,44 +220,55 @@ void run_paths(int world, int rank, const std::string& dir,
   col::destroy_collective_group(gb);
 }
 
-void run_matrix(int world, int rank, const std::string& g) {
+// allreduce, reduce_scatter and reduce of `count` elements per rank block
+// against the reference.
+void check_reductions(int world, int rank, const std::string& g, col::dtype t,
+                      col::reduce_op op, size_t count) {
   auto w = size_t(world);
+  std::string what = std::string{col::to_string(t)} + " " +
+                     std::string{col::to_string(op)} + " count " +
+                     std::to_string(count);
+  auto want = test::make_tensor(t, count * w);
+  for (size_t i = 0; i < count * w; ++i)
+    test::reference_element(t, op, world, i, want.data(), i);
+  auto x = test::make_tensor(t, count);
+  test::fill_input(x, op, rank);
+  col::allreduce_options aopts;
+  aopts.op = op;
+  col::allreduce(x, g, aopts);
+  checks.expect_equal("allreduce " + what, x, want.view().slice(0, count));
+  auto in = test::make_tensor(t, count * w);
+  test::fill_input(in, op, rank);
+  auto out = test::make_tensor(t, count);
+  test::poison(out);
+  col::reduce_scatter_options sopts;
+  sopts.op = op;
+  col::reduce_scatter(in, out, g, sopts);
+  checks.expect_equal("reduce_scatter " + what, out,
+                      want.view().slice(size_t(rank) * count, count));
+  auto rout = test::make_tensor(t, count * w);
+  test::poison(rout);
+  col::reduce_options ropts;
+  ropts.op = op;
+  ropts.root = world - 1;
+  col::reduce(in, rout, g, ropts);
+  if (rank == world - 1) checks.expect_equal("reduce " + what, rout, want);
+}
+
+void run_matrix(int world, int rank, const std::string& g) {
   // 5: the small path (one step); 65537: single copy or staged.
   for (size_t count : {size_t{5}, size_t{65537}})
     for (auto t : col::all_dtypes)
-      for (auto op : col::all_reduce_ops) {
-        if (!col::is_defined(op, t)) continue;
-        std::string what = std::string{col::to_string(t)} + " " +
-                           std::string{col::to_string(op)} + " count " +
-                           std::to_string(count);
-        auto want = test::make_tensor(t, count * w);
-        for (size_t i = 0; i < count * w; ++i)
-          test::reference_element(t, op, world, i, want.data(), i);
-        auto x = test::make_tensor(t, count);
-        test::fill_input(x, op, rank);
-        col::allreduce_options aopts;
-        aopts.op = op;
-        col::allreduce(x, g, aopts);
-        checks.expect_equal("allreduce " + what, x,
-                            want.view().slice(0, count));
-        auto in = test::make_tensor(t, count * w);
-        test::fill_input(in, op, rank);
-        auto out = test::make_tensor(t, count);
-        test::poison(out);
-        col::reduce_scatter_options sopts;
-        sopts.op = op;
-        col::reduce_scatter(in, out, g, sopts);
-        checks.expect_equal("reduce_scatter " + what, out,
-                            want.view().slice(size_t(rank) * count, count));
-        auto rout = test::make_tensor(t, count * w);
-        test::poison(rout);
-        col::reduce_options ropts;
-        ropts.op = op;
-        ropts.root = world - 1;
-        col::reduce(in, rout, g, ropts);
-        if (rank == world - 1)
-          checks.expect_equal("reduce " + what, rout, want);
-      }
+      for (auto op : col::all_reduce_ops)
+        if (col::is_defined(op, t))
+          check_reductions(world, rank, g, t, op, count);
+  // Staged whatever the kernel allows (over 8 MiB in all) and over several
+  // rounds: reduce_scatter moves a window of every block per round (at 3
+  // ranks a third of the 4 MiB area), so 3 MiB blocks take three rounds,
+  // the last one partial.
+  for (auto t : {col::dtype::float32, col::dtype::int64})
+    check_reductions(world, rank, g, t, col::reduce_op::sum,
+                     (size_t{3} << 20) / col::size_of(t) + 7);
 }
 
 } // namespace

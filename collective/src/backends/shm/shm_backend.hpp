@@ -335,6 +335,15 @@ class shm_backend : public backend {
                           size_t count, dtype type, reduce_op op,
                           std::byte* dst);
 
+  /// Reduces `count` elements from each rank's pointer in `sources_` (set
+  /// by the caller) into `dst`, in rank order.
+  caf::error reduce_sources(const op_state& st, size_t count, dtype type,
+                            reduce_op op, std::byte* dst);
+
+  /// reduce_scatter by staged copy: see shm_collectives.cpp.
+  caf::error staged_reduce_scatter(op_state& st, const tensor_view& in,
+                                   const tensor_view& out, reduce_op op);
+
   caf::error reduce_common(const op_call& call, op_kind kind,
                            const tensor_view& in, const tensor_view& out,
                            reduce_op op, int root, uint64_t key);

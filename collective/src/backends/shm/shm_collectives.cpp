@@ -89,12 +89,19 @@ caf::error shm_backend::reduce_range(const op_state& st, size_t round_start,
                                      size_t first, size_t count, dtype type,
                                      reduce_op op, std::byte* dst) {
   auto es = size_of(type);
+  for (int r = 0; r < world_size_; ++r)
+    sources_[size_t(r)] = source(st, r, round_start) + first * es - round_start;
+  return reduce_sources(st, count, type, op, dst);
+}
+
+caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
+                                       dtype type, reduce_op op,
+                                       std::byte* dst) {
+  auto es = size_of(type);
   auto carrier = carrier_of(type, op);
   auto cs = size_of(carrier);
   auto kernel = kernel_of(carrier, op);
-  auto& srcs = sources_; // sized once: no allocation per call
-  for (int r = 0; r < world_size_; ++r)
-    srcs[size_t(r)] = source(st, r, round_start) + first * es - round_start;
+  const auto& srcs = sources_; // sized once: no allocation per call
   // Single copy: peers' blocks come through one scratch block each, in
   // larger blocks to spread the system call.
   bool remote = st.how == path::single_copy;
@@ -611,6 +618,8 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     return want_count == 0 ? caf::error{}
                            : reduce_range(st, 0, want_first, want_count,
                                           in.type(), op, bytes_of(out));
+  if (st.how == path::staged && kind == op_kind::reduce_scatter)
+    return staged_reduce_scatter(st, in, out, op);
   auto chunk_elems =
     st.how != path::staged ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
   auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
@@ -630,6 +639,45 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
       stop_reading(st);
       if (reduced) return reduced;
     }
+    if (auto err = step(st)) return err;
+  }
+  return {};
+}
+
+// Staged reduce_scatter: a round moves the same window of every block at
+// once, so every rank reduces in every round. (Rounds over the flat input,
+// as reduce uses, would leave all ranks but the block's owner idle while it
+// reduces, and copy in blocks nobody reads.) Rank r copies the window of
+// every block but its own into its area, at the block's place there; block
+// r's window is then read from every peer's area and from r's own input,
+// which never goes through the segment.
+caf::error shm_backend::staged_reduce_scatter(op_state& st,
+                                              const tensor_view& in,
+                                              const tensor_view& out,
+                                              reduce_op op) {
+  auto es = size_of(in.type());
+  auto block = out.numel();
+  auto window =
+    std::max<size_t>(1, seg_.area_bytes() / (es * size_t(world_size_)));
+  auto rounds = std::max<size_t>(1, (block + window - 1) / window);
+  auto* area = seg_.area(rank_, 0);
+  for (size_t c = 0; c < rounds; ++c) {
+    auto first = c * window;
+    auto count = std::min(window, block - std::min(block, first));
+    for (int b = 0; b < world_size_; ++b)
+      if (b != rank_)
+        std::memcpy(area + size_t(b) * window * es,
+                    bytes_of(in) + (size_t(b) * block + first) * es,
+                    count * es);
+    if (auto err = step(st)) return err;
+    for (int r = 0; r < world_size_; ++r)
+      sources_[size_t(r)] =
+        r == rank_ ? bytes_of(in) + (size_t(rank_) * block + first) * es
+                   : seg_.area(r, 0) + size_t(rank_) * window * es;
+    if (auto err =
+          reduce_sources(st, count, in.type(), op, bytes_of(out) + first * es))
+      return err;
+    // Nobody refills its area before every rank reduced from it.
     if (auto err = step(st)) return err;
   }
   return {};
