@@ -137,16 +137,28 @@ std::vector<col::tensor> run_path_ops(int world, int rank,
                         all.view().slice(size_t(r) * m, m), want);
   }
   results.push_back(std::move(all));
-  auto send = test::make_tensor(col::dtype::int64, 100003 * w);
+  // alltoall, 1.5 MiB blocks: staged, a window of every block per round
+  // (a third of the 4 MiB area at 3 ranks), so two rounds, the second
+  // partial; out of place and in place.
+  constexpr size_t b = 196613;
+  auto send = test::make_tensor(col::dtype::int64, b * w);
   test::fill_pattern(send, rank);
-  auto recv = test::make_tensor(col::dtype::int64, 100003 * w);
+  auto recv = test::make_tensor(col::dtype::int64, b * w);
+  test::poison(recv);
+  auto both = test::make_tensor(col::dtype::int64, b * w);
+  test::fill_pattern(both, rank);
   col::alltoall(send, recv, g);
+  col::alltoall(both, both, g);
   for (int r = 0; r < world; ++r) {
-    auto want = test::make_tensor(col::dtype::int64, 100003 * w);
+    auto want = test::make_tensor(col::dtype::int64, b * w);
     test::fill_pattern(want, r);
     checks.expect_equal(g + " alltoall block from " + std::to_string(r),
-                        recv.view().slice(size_t(r) * 100003, 100003),
-                        want.view().slice(size_t(rank) * 100003, 100003));
+                        recv.view().slice(size_t(r) * b, b),
+                        want.view().slice(size_t(rank) * b, b));
+    checks.expect_equal(g + " in-place alltoall block from " +
+                          std::to_string(r),
+                        both.view().slice(size_t(r) * b, b),
+                        want.view().slice(size_t(rank) * b, b));
   }
   results.push_back(std::move(recv));
   auto bc = test::make_tensor(col::dtype::uint8, (size_t{5} << 20) + 1);

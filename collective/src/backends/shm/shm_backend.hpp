@@ -340,6 +340,11 @@ class shm_backend : public backend {
   caf::error reduce_sources(const op_state& st, size_t count, dtype type,
                             reduce_op op, std::byte* dst);
 
+  /// alltoall of `block` bytes per rank by staged copy: see
+  /// shm_collectives.cpp.
+  caf::error staged_alltoall(op_state& st, const std::byte* mine, size_t block,
+                             std::byte* out);
+
   /// reduce_scatter by staged copy: see shm_collectives.cpp.
   caf::error staged_reduce_scatter(op_state& st, const tensor_view& in,
                                    const tensor_view& out, reduce_op op);

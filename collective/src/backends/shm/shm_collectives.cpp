@@ -302,12 +302,45 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
               {}, payload_of(source_view)))
     return err;
   auto block = in.nbytes() / size_t(world_size_);
+  st.how = path_for(in.nbytes());
+  if (st.how == path::staged)
+    return staged_alltoall(st, bytes_of(source_view), block, bytes_of(out));
   auto& needs = needs_; // reused: no allocation per call once grown
   needs.clear();
   for (int r = 0; r < world_size_; ++r)
     needs.push_back({r, size_t(rank_) * block, block, size_t(r) * block});
   return run_copies(st, bytes_of(source_view), in.nbytes(), in.nbytes(), needs,
                     bytes_of(out));
+}
+
+// Staged alltoall, like staged reduce_scatter: round c moves window c of
+// every block at once, so every rank copies out in every round, and no
+// rank stages the block it keeps. (Rounds over the flat input staged that
+// block too, and left every rank whose block the round missed waiting.)
+caf::error shm_backend::staged_alltoall(op_state& st, const std::byte* mine,
+                                        size_t block, std::byte* out) {
+  auto own = size_t(rank_) * block;
+  if (block > 0 && out + own != mine + own)
+    std::memmove(out + own, mine + own, block);
+  auto window = std::max<size_t>(1, seg_.area_bytes() / size_t(world_size_));
+  auto rounds = std::max<size_t>(1, (block + window - 1) / window);
+  auto* area = seg_.area(rank_, 0);
+  for (size_t c = 0; c < rounds; ++c) {
+    auto first = c * window;
+    auto bytes = std::min(window, block - std::min(block, first));
+    for (int b = 0; b < world_size_; ++b)
+      if (b != rank_)
+        std::memcpy(area + size_t(b) * window, mine + size_t(b) * block + first,
+                    bytes);
+    if (auto err = step(st)) return err;
+    for (int p = 0; p < world_size_; ++p)
+      if (p != rank_)
+        std::memcpy(out + size_t(p) * block + first,
+                    seg_.area(p, 0) + size_t(rank_) * window, bytes);
+    // Nobody refills its area before every rank copied out of it.
+    if (auto err = step(st)) return err;
+  }
+  return {};
 }
 
 caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
