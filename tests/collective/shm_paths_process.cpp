@@ -124,8 +124,9 @@ std::vector<col::tensor> run_path_ops(int world, int rank,
   ropts.root = 1;
   col::reduce(r_in, r_out, g, ropts);
   if (rank == 1) results.push_back(std::move(r_out));
-  // Data movement, checked against the pattern too.
-  constexpr size_t m = 300007;
+  // Data movement, checked against the pattern too. allgather: 4.4 MB per
+  // rank, two staged rounds of a 4 MiB area.
+  constexpr size_t m = 1100007;
   auto mine = test::make_tensor(col::dtype::int32, m);
   test::fill_pattern(mine, rank);
   auto all = test::make_tensor(col::dtype::int32, m * w);

@@ -340,6 +340,12 @@ class shm_backend : public backend {
   caf::error reduce_sources(const op_state& st, size_t count, dtype type,
                             reduce_op op, std::byte* dst);
 
+  /// run_copies of a rooted op by staged copy, pipelined: see
+  /// shm_collectives.cpp.
+  caf::error pipelined_copies(op_state& st, const std::byte* mine,
+                              size_t mine_bytes, size_t longest,
+                              std::span<const need> needs, std::byte* out);
+
   /// alltoall of `block` bytes per rank by staged copy: see
   /// shm_collectives.cpp.
   caf::error staged_alltoall(op_state& st, const std::byte* mine, size_t block,

@@ -181,6 +181,10 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                     n.bytes);
     return {};
   }
+  bool rooted = st.op == op_kind::broadcast || st.op == op_kind::scatter ||
+                st.op == op_kind::gather;
+  if (st.how == path::staged && rooted)
+    return pipelined_copies(st, mine, mine_bytes, longest, needs, out);
   auto chunk =
     st.how != path::staged ? std::max<size_t>(longest, 1) : seg_.area_bytes();
   auto rounds = std::max<size_t>(1, (longest + chunk - 1) / chunk);
@@ -209,6 +213,45 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
     }
     stop_reading(st);
     // Nobody reuses its buffer or area before every rank read it.
+    if (auto err = step(st)) return err;
+  }
+  return {};
+}
+
+// Staged copies of a rooted op, pipelined over the rank's two areas: in
+// round c every rank stages window c of its contribution in area c % 2
+// while its peers' window c - 1 is copied out of their other area, then
+// steps. A broadcast's or scatter's root thus stages the next window while
+// the others copy the last one out (a gather's root copies out while the
+// others stage), instead of taking turns, and each window costs one step
+// instead of two. An area is refilled two rounds later, after the step that
+// every rank reaches only once it copied out of it. Ops where every rank
+// stages and copies out (allgather, alltoallv) keep one area: there the
+// turns were not idle, and the second area's footprint measured 3-5% slower
+// at 4 ranks.
+caf::error shm_backend::pipelined_copies(op_state& st, const std::byte* mine,
+                                         size_t mine_bytes, size_t longest,
+                                         std::span<const need> needs,
+                                         std::byte* out) {
+  auto chunk = seg_.area_bytes();
+  auto rounds = std::max<size_t>(1, (longest + chunk - 1) / chunk);
+  for (size_t c = 0; c <= rounds; ++c) {
+    auto start = c * chunk;
+    if (c < rounds && start < mine_bytes)
+      std::memcpy(seg_.area(rank_, int(c % 2)), mine + start,
+                  std::min(chunk, mine_bytes - start));
+    if (c > 0) {
+      auto window = start - chunk; // round c - 1's
+      for (const auto& n : needs) {
+        if (n.peer == rank_) continue;
+        auto lo = std::max(n.src_offset, window);
+        auto hi = std::min(n.src_offset + n.bytes, start);
+        if (lo >= hi) continue;
+        std::memcpy(out + n.dst_offset + (lo - n.src_offset),
+                    seg_.area(n.peer, int((c - 1) % 2)) + (lo - window),
+                    hi - lo);
+      }
+    }
     if (auto err = step(st)) return err;
   }
   return {};
