@@ -18,9 +18,11 @@ namespace caf_collective::detail::shm {
 namespace {
 
 // The layout's version is its last character: bump it with every change of
-// the layout (3: the sync line carries the key and a small input), so that
-// a process of another build refuses the segment instead of misreading it.
-constexpr uint64_t segment_magic = 0x6361666d73686d33ull; // "cafmshm3"
+// the layout or of how the ops use it (3: the sync line carries the key and
+// a small input; 4: staged reduce_scatter and alltoall place a window per
+// block in the area, rooted copies use both areas), so that a process of
+// another build refuses the segment instead of misreading it.
+constexpr uint64_t segment_magic = 0x6361666d73686d34ull; // "cafmshm4"
 
 constexpr size_t round_up(size_t x) noexcept {
   return (x + cache_line - 1) / cache_line * cache_line;
