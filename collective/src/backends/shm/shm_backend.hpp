@@ -346,6 +346,13 @@ class shm_backend : public backend {
                               size_t mine_bytes, size_t longest,
                               std::span<const need> needs, std::byte* out);
 
+  /// Copies bytes [first, first + bytes) of every block of `mine` (blocks
+  /// of `block` bytes, one per rank) but this rank's own into its area A,
+  /// block b at b * `window`: one round of the staged ops that move a
+  /// window of every block at once.
+  void stage_block_windows(const std::byte* mine, size_t block, size_t window,
+                           size_t first, size_t bytes) noexcept;
+
   /// alltoall of `block` bytes per rank by staged copy: see
   /// shm_collectives.cpp.
   caf::error staged_alltoall(op_state& st, const std::byte* mine, size_t block,

@@ -356,6 +356,16 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                     bytes_of(out));
 }
 
+void shm_backend::stage_block_windows(const std::byte* mine, size_t block,
+                                      size_t window, size_t first,
+                                      size_t bytes) noexcept {
+  auto* area = seg_.area(rank_, 0);
+  for (int b = 0; b < world_size_; ++b)
+    if (b != rank_)
+      std::memcpy(area + size_t(b) * window, mine + size_t(b) * block + first,
+                  bytes);
+}
+
 // Staged alltoall, like staged reduce_scatter: round c moves window c of
 // every block at once, so every rank copies out in every round, and no
 // rank stages the block it keeps. (Rounds over the flat input staged that
@@ -367,14 +377,10 @@ caf::error shm_backend::staged_alltoall(op_state& st, const std::byte* mine,
     std::memmove(out + own, mine + own, block);
   auto window = std::max<size_t>(1, seg_.area_bytes() / size_t(world_size_));
   auto rounds = std::max<size_t>(1, (block + window - 1) / window);
-  auto* area = seg_.area(rank_, 0);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * window;
     auto bytes = std::min(window, block - std::min(block, first));
-    for (int b = 0; b < world_size_; ++b)
-      if (b != rank_)
-        std::memcpy(area + size_t(b) * window, mine + size_t(b) * block + first,
-                    bytes);
+    stage_block_windows(mine, block, window, first, bytes);
     if (auto err = step(st)) return err;
     for (int p = 0; p < world_size_; ++p)
       if (p != rank_)
@@ -736,15 +742,11 @@ caf::error shm_backend::staged_reduce_scatter(op_state& st,
   auto window =
     std::max<size_t>(1, seg_.area_bytes() / (es * size_t(world_size_)));
   auto rounds = std::max<size_t>(1, (block + window - 1) / window);
-  auto* area = seg_.area(rank_, 0);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * window;
     auto count = std::min(window, block - std::min(block, first));
-    for (int b = 0; b < world_size_; ++b)
-      if (b != rank_)
-        std::memcpy(area + size_t(b) * window * es,
-                    bytes_of(in) + (size_t(b) * block + first) * es,
-                    count * es);
+    stage_block_windows(bytes_of(in), block * es, window * es, first * es,
+                        count * es);
     if (auto err = step(st)) return err;
     for (int r = 0; r < world_size_; ++r)
       sources_[size_t(r)] =
