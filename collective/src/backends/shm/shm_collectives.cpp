@@ -140,6 +140,16 @@ caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
     // Accumulate in rank order in the carrier: every element is reduced once,
     // by one rank, so every rank ends with the same bits.
     auto* acc = acc_.data();
+    if (!remote && carrier == type && op != reduce_op::avg && world_size_ > 1) {
+      // Nothing to fetch or convert: the kernels read the sources where
+      // they are, and the last one writes the output (same order, same
+      // bits, two passes over the accumulator fewer).
+      for (int r = 1; r < world_size_; ++r)
+        kernel(r + 1 == world_size_ ? out : acc,
+               r == 1 ? srcs[0] + done * es : acc, srcs[size_t(r)] + done * es,
+               k);
+      continue;
+    }
     if (auto err = fetch(0)) return err;
     if (carrier == type)
       std::memcpy(acc, in, k * cs);
