@@ -628,15 +628,26 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     auto count = std::min(chunk_elems, n - std::min(n, first));
     auto start = first * es;
     bool staged = st.how == path::staged;
+    auto [lo, hi] = slice_of(count, rank_, world_size_);
     if (staged) {
-      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, count * es);
+      // The peers reduce all but my slice: only that goes to the area (at
+      // its place in the round); my slice I read from my input.
+      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, lo * es);
+      std::memcpy(seg_.area(rank_, 0) + hi * es, bytes_of(in) + start + hi * es,
+                  (count - hi) * es);
       if (auto err = step(st)) return err;
     }
     // Phase 1: my slice of this round, across every rank's input.
-    auto [lo, hi] = slice_of(count, rank_, world_size_);
     if (auto err = start_reading(st)) return err;
-    auto reduced = reduce_range(st, start, first + lo, hi - lo, in.type(),
-                                opts.op, bytes_of(out) + start + lo * es);
+    if (staged)
+      for (int r = 0; r < world_size_; ++r)
+        sources_[size_t(r)] = r == rank_ ? bytes_of(in) + start + lo * es
+                                         : seg_.area(r, 0) + lo * es;
+    else
+      for (int r = 0; r < world_size_; ++r)
+        sources_[size_t(r)] = source(st, r, start) + lo * es;
+    auto reduced = reduce_sources(st, hi - lo, in.type(), opts.op,
+                                  bytes_of(out) + start + lo * es);
     stop_reading(st);
     if (reduced) return reduced;
     if (staged)
