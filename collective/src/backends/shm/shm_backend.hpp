@@ -358,6 +358,10 @@ class shm_backend : public backend {
   caf::error staged_alltoall(op_state& st, const std::byte* mine, size_t block,
                              std::byte* out);
 
+  /// reduce to `root` by staged copy, pipelined: see shm_collectives.cpp.
+  caf::error staged_reduce(op_state& st, const tensor_view& in,
+                           const tensor_view& out, reduce_op op, int root);
+
   /// reduce_scatter by staged copy: see shm_collectives.cpp.
   caf::error staged_reduce_scatter(op_state& st, const tensor_view& in,
                                    const tensor_view& out, reduce_op op);

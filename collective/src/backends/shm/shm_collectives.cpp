@@ -723,24 +723,46 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
                                           in.type(), op, bytes_of(out));
   if (st.how == path::staged && kind == op_kind::reduce_scatter)
     return staged_reduce_scatter(st, in, out, op);
-  auto chunk_elems =
-    st.how != path::staged ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
-  auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
-  for (size_t c = 0; c < rounds; ++c) {
-    auto first = c * chunk_elems;
-    auto count = std::min(chunk_elems, n - std::min(n, first));
-    if (st.how == path::staged) {
-      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + first * es, count * es);
-      if (auto err = step(st)) return err;
+  if (st.how == path::staged) return staged_reduce(st, in, out, op, root);
+  // Direct or single copy: one pass, straight from the peers' buffers.
+  if (want_count > 0) {
+    if (auto err = start_reading(st)) return err;
+    auto reduced =
+      reduce_range(st, 0, want_first, want_count, in.type(), op, bytes_of(out));
+    stop_reading(st);
+    if (reduced) return reduced;
+  }
+  // Nobody reuses its buffer before every rank read it.
+  return step(st);
+}
+
+// Staged reduce, pipelined over the ranks' two areas: in round c every rank
+// but the root stages window c in area c % 2 while the root reduces window
+// c - 1 from the other areas and its own input, then all step. (Taking
+// turns, the others waited while the root reduced, and the root staged its
+// own input for nobody.) An area is refilled two rounds later, after the
+// step the root reaches only once it reduced from it.
+caf::error shm_backend::staged_reduce(op_state& st, const tensor_view& in,
+                                      const tensor_view& out, reduce_op op,
+                                      int root) {
+  auto es = size_of(in.type());
+  auto n = in.numel();
+  auto window = std::max<size_t>(1, seg_.area_bytes() / es);
+  auto rounds = std::max<size_t>(1, (n + window - 1) / window);
+  for (size_t c = 0; c <= rounds; ++c) {
+    if (c < rounds && rank_ != root) {
+      auto first = c * window;
+      std::memcpy(seg_.area(rank_, int(c % 2)), bytes_of(in) + first * es,
+                  std::min(window, n - first) * es);
     }
-    auto lo = std::max(first, want_first);
-    auto hi = std::min(first + count, want_first + want_count);
-    if (lo < hi) {
-      if (auto err = start_reading(st)) return err;
-      auto reduced = reduce_range(st, first * es, lo, hi - lo, in.type(), op,
-                                  bytes_of(out) + (lo - want_first) * es);
-      stop_reading(st);
-      if (reduced) return reduced;
+    if (c > 0 && rank_ == root) {
+      auto first = (c - 1) * window;
+      for (int r = 0; r < world_size_; ++r)
+        sources_[size_t(r)] = r == rank_ ? bytes_of(in) + first * es
+                                         : seg_.area(r, int((c - 1) % 2));
+      if (auto err = reduce_sources(st, std::min(window, n - first), in.type(),
+                                    op, bytes_of(out) + first * es))
+        return err;
     }
     if (auto err = step(st)) return err;
   }
