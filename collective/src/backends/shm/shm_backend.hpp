@@ -324,8 +324,9 @@ class shm_backend : public backend {
   tensor_view contribution_of(const tensor_view& in, const tensor_view& out);
 
   /// Where this rank reads `rank`'s contribution in round `round_start`:
-  /// its published input (direct), its area A (staged) or its small slot.
-  /// Single copy: the address in the rank's process.
+  /// its published input (direct, and this rank's own when staged), its
+  /// area A (a peer's, staged) or its small slot. Single copy: the address
+  /// in the rank's process.
   const std::byte* source(const op_state& st, int rank,
                           size_t round_start) const noexcept;
 

@@ -77,7 +77,11 @@ const std::byte* shm_backend::source(const op_state& st, int rank,
                                      size_t round_start) const noexcept {
   switch (st.how) {
     case path::small: return seg_.small_input(rank, st.parity());
-    case path::staged: return seg_.area(rank, 0);
+    case path::staged:
+      // A rank's own contribution need not go through the segment for
+      // itself: it reads its input, as in direct mode.
+      if (rank != rank_) return seg_.area(rank, 0);
+      [[fallthrough]];
     default: {
       auto addr = seg_.control(rank).notice[st.parity()].in_addr;
       return reinterpret_cast<const std::byte*>(addr) + round_start;
@@ -631,7 +635,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     auto [lo, hi] = slice_of(count, rank_, world_size_);
     if (staged) {
       // The peers reduce all but my slice: only that goes to the area (at
-      // its place in the round); my slice I read from my input.
+      // its place in the round); my slice I read from my input (source()).
       std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, lo * es);
       std::memcpy(seg_.area(rank_, 0) + hi * es, bytes_of(in) + start + hi * es,
                   (count - hi) * es);
@@ -639,15 +643,8 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     }
     // Phase 1: my slice of this round, across every rank's input.
     if (auto err = start_reading(st)) return err;
-    if (staged)
-      for (int r = 0; r < world_size_; ++r)
-        sources_[size_t(r)] = r == rank_ ? bytes_of(in) + start + lo * es
-                                         : seg_.area(r, 0) + lo * es;
-    else
-      for (int r = 0; r < world_size_; ++r)
-        sources_[size_t(r)] = source(st, r, start) + lo * es;
-    auto reduced = reduce_sources(st, hi - lo, in.type(), opts.op,
-                                  bytes_of(out) + start + lo * es);
+    auto reduced = reduce_range(st, start, first + lo, hi - lo, in.type(),
+                                opts.op, bytes_of(out) + start + lo * es);
     stop_reading(st);
     if (reduced) return reduced;
     if (staged)

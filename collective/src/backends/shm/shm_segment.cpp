@@ -20,7 +20,8 @@ namespace {
 // The layout's version is its last character: bump it with every change of
 // the layout or of how the ops use it (3: the sync line carries the key and
 // a small input; 4: staged reduce_scatter and alltoall place a window per
-// block in the area, rooted copies use both areas), so that a process of
+// block in the area, reduce and the rooted copies use both areas, allreduce
+// stages only its peers' slices), so that a process of
 // another build refuses the segment instead of misreading it.
 constexpr uint64_t segment_magic = 0x6361666d73686d34ull; // "cafmshm4"
 
