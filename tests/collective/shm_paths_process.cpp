@@ -275,10 +275,12 @@ void run_matrix(int world, int rank, const std::string& g) {
       for (auto op : col::all_reduce_ops)
         if (col::is_defined(op, t))
           check_reductions(world, rank, g, t, op, count);
-  // Staged whatever the kernel allows (over 8 MiB in all) and over several
-  // rounds: reduce_scatter moves a window of every block per round (at 3
-  // ranks a third of the 4 MiB area), so 3 MiB blocks take three rounds,
-  // the last one partial.
+  // reduce_scatter and reduce of 9 MiB inputs: staged whatever the kernel
+  // allows (over 8 MiB) and over several rounds, the last one partial.
+  // reduce_scatter moves a window of every block per round (at 3 ranks a
+  // third of the 4 MiB area), so 3 MiB blocks take three rounds; reduce
+  // takes three rounds of the area. (The 3 MiB allreduce here is one round;
+  // run_paths' 4 MiB allreduce takes two staged rounds.)
   for (auto t : {col::dtype::float32, col::dtype::int64})
     check_reductions(world, rank, g, t, col::reduce_op::sum,
                      (size_t{3} << 20) / col::size_of(t) + 7);
