@@ -306,7 +306,7 @@ class shm_backend : public backend {
 
   error_context context(op_kind op, const op_call* call) const noexcept;
 
-  // -- data movement (shm_collectives.cpp) -----------------------------------
+  // -- the collectives (shm_copies.cpp, shm_reductions.cpp) ------------------
 
   /// The copy ops: `mine` is this rank's contribution, `longest` the
   /// longest contribution of any rank, `needs` what this rank copies into
@@ -342,7 +342,7 @@ class shm_backend : public backend {
                             reduce_op op, std::byte* dst);
 
   /// run_copies of a rooted op by staged copy, pipelined: see
-  /// shm_collectives.cpp.
+  /// shm_copies.cpp.
   caf::error pipelined_copies(op_state& st, const std::byte* mine,
                               size_t mine_bytes, size_t longest,
                               std::span<const need> needs, std::byte* out);
@@ -355,15 +355,15 @@ class shm_backend : public backend {
                            size_t first, size_t bytes) noexcept;
 
   /// alltoall of `block` bytes per rank by staged copy: see
-  /// shm_collectives.cpp.
+  /// shm_copies.cpp.
   caf::error staged_alltoall(op_state& st, const std::byte* mine, size_t block,
                              std::byte* out);
 
-  /// reduce to `root` by staged copy, pipelined: see shm_collectives.cpp.
+  /// reduce to `root` by staged copy, pipelined: see shm_reductions.cpp.
   caf::error staged_reduce(op_state& st, const tensor_view& in,
                            const tensor_view& out, reduce_op op, int root);
 
-  /// reduce_scatter by staged copy: see shm_collectives.cpp.
+  /// reduce_scatter by staged copy: see shm_reductions.cpp.
   caf::error staged_reduce_scatter(op_state& st, const tensor_view& in,
                                    const tensor_view& out, reduce_op op);
 
