@@ -1,5 +1,6 @@
 // The vocabulary of the collective layer: dtypes, reduce ops, tensors,
-// DLPack conversion and error rendering.
+// DLPack conversion, error rendering, and the streaming copy the backends'
+// reductions write large results with.
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include <caf_collective/config.hpp>
 
+#include "backends/common/reduce_kernels.hpp"
 #include "test_support.hpp"
 
 namespace col = caf_collective;
@@ -458,8 +460,34 @@ TEST_CASE("large host blocks are recycled through the host cache") {
 
 TEST_CASE("a host allocation too large to round up fails cleanly") {
   // 2 x (15 * 2^59 + 1) bytes: rounding to a size class would wrap around.
-  auto t =
-    col::tensor::empty(col::dtype::uint8, {2, (int64_t{15} << 59) + 1});
+  auto t = col::tensor::empty(col::dtype::uint8, {2, (int64_t{15} << 59) + 1});
   REQUIRE(!t);
   CHECK(col::code_of(t.error()) == col::errc::out_of_memory);
+}
+
+TEST_CASE("the streaming copy writes exactly its bytes at every alignment") {
+  // Heads before the first 16-byte boundary, whole 64-byte runs and tails,
+  // at every offset of source and destination against each other.
+  std::vector<std::byte> src(600);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = std::byte(i * 7 + 3);
+  for (size_t dst_off = 0; dst_off < 16; ++dst_off)
+    for (size_t src_off : {size_t{0}, size_t{1}, size_t{8}, size_t{13}})
+      for (size_t len :
+           {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63},
+            size_t{64}, size_t{65}, size_t{200}, size_t{511}}) {
+        std::vector<std::byte> dst(600, std::byte{0xee});
+        col::detail::stream_copy(dst.data() + dst_off, src.data() + src_off,
+                                 len);
+        col::detail::stream_fence();
+        INFO("dst offset " << dst_off << ", src offset " << src_off
+                           << ", length " << len);
+        CHECK(std::memcmp(dst.data() + dst_off, src.data() + src_off, len) ==
+              0);
+        bool untouched = true;
+        for (size_t i = 0; i < dst.size(); ++i)
+          if ((i < dst_off || i >= dst_off + len) && dst[i] != std::byte{0xee})
+            untouched = false;
+        CHECK(untouched);
+      }
 }

@@ -337,9 +337,10 @@ class shm_backend : public backend {
                           std::byte* dst);
 
   /// Reduces `count` elements from each rank's pointer in `sources_` (set
-  /// by the caller) into `dst`, in rank order.
+  /// by the caller) into `dst`, in rank order. `stream`: `dst` is written
+  /// past the caches (stream_copy), for results far larger than them.
   caf::error reduce_sources(const op_state& st, size_t count, dtype type,
-                            reduce_op op, std::byte* dst);
+                            reduce_op op, std::byte* dst, bool stream = false);
 
   /// run_copies of a rooted op by staged copy, pipelined: see
   /// shm_copies.cpp.

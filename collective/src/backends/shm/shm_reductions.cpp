@@ -22,6 +22,31 @@ std::pair<size_t, size_t> slice_of(size_t n, int r, int w) {
   auto last = n * size_t(r + 1) / size_t(w);
   return {first, last};
 }
+
+// Results of this many bytes and more bypass the caches when staged
+// (stream_copy): they do not fit, and a plain store reads each line before
+// it writes it. Measured across processes (2 ranks): from 32 MiB streaming
+// made reduce 1.1x and reduce_scatter 1.08x faster; at 16 MiB it made
+// reduce 0.9x as fast, the result still being read back from the caches.
+constexpr size_t stream_min_bytes = size_t{32} << 20;
+
+bool streams(size_t result_bytes) {
+  return result_bytes >= stream_min_bytes;
+}
+
+// Copies `bytes` of a result of `result_bytes` to `dst`, streaming when
+// streams(result_bytes); the stores are ordered before the caller's next
+// sync step.
+void store_result(std::byte* dst, const std::byte* src, size_t bytes,
+                  size_t result_bytes) {
+  if (!streams(result_bytes)) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  stream_copy(dst, src, bytes);
+  stream_fence();
+}
+
 } // namespace
 
 caf::error shm_backend::reduce_range(const op_state& st, size_t round_start,
@@ -34,8 +59,8 @@ caf::error shm_backend::reduce_range(const op_state& st, size_t round_start,
 }
 
 caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
-                                       dtype type, reduce_op op,
-                                       std::byte* dst) {
+                                       dtype type, reduce_op op, std::byte* dst,
+                                       bool stream) {
   auto es = size_of(type);
   auto carrier = carrier_of(type, op);
   auto cs = size_of(carrier);
@@ -82,11 +107,12 @@ caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
     if (!remote && carrier == type && op != reduce_op::avg && world_size_ > 1) {
       // Nothing to fetch or convert: the kernels read the sources where
       // they are, and the last one writes the output (same order, same
-      // bits, two passes over the accumulator fewer).
+      // bits, two passes over the accumulator fewer), unless it streams.
       for (int r = 1; r < world_size_; ++r)
-        kernel(r + 1 == world_size_ ? out : acc,
+        kernel(r + 1 == world_size_ && !stream ? out : acc,
                r == 1 ? srcs[0] + done * es : acc, srcs[size_t(r)] + done * es,
                k);
+      if (stream) stream_copy(out, acc, k * es);
       continue;
     }
     if (auto err = fetch(0)) return err;
@@ -104,11 +130,18 @@ caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
       }
     }
     if (op == reduce_op::avg) divide(acc, carrier, k, world_size_);
-    if (carrier == type)
+    if (carrier == type && stream) {
+      stream_copy(out, acc, k * es);
+    } else if (carrier == type) {
       std::memcpy(out, acc, k * es);
-    else
+    } else if (stream) {
+      convert(acc, carrier, tmp_.data(), type, k);
+      stream_copy(out, tmp_.data(), k * es);
+    } else {
       convert(acc, carrier, out, type, k);
+    }
   }
+  if (stream) stream_fence();
   return {};
 }
 bool shm_backend::start_reduction(op_kind op, const op_call& call,
@@ -182,15 +215,18 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                   (count - hi) * es);
       if (auto err = step(st)) return err;
     }
-    // Phase 1: my slice of this round, across every rank's input.
+    // Phase 1: my slice of this round, across every rank's input. Staged,
+    // it is reduced into area B, where the peers read it, and goes to the
+    // output from there.
     if (auto err = start_reading(st)) return err;
-    auto reduced = reduce_range(st, start, first + lo, hi - lo, in.type(),
-                                opts.op, bytes_of(out) + start + lo * es);
+    auto* mine = bytes_of(out) + start + lo * es;
+    auto reduced =
+      reduce_range(st, start, first + lo, hi - lo, in.type(), opts.op,
+                   staged ? seg_.area(rank_, 1) + lo * es : mine);
     stop_reading(st);
     if (reduced) return reduced;
     if (staged)
-      std::memcpy(seg_.area(rank_, 1) + lo * es,
-                  bytes_of(out) + start + lo * es, (hi - lo) * es);
+      store_result(mine, seg_.area(rank_, 1) + lo * es, (hi - lo) * es, n * es);
     if (auto err = step(st)) return err;
     // Phase 2: every other slice from the rank that reduced it.
     if (auto err = start_reading(st)) return err;
@@ -298,8 +334,9 @@ caf::error shm_backend::staged_reduce(op_state& st, const tensor_view& in,
       for (int r = 0; r < world_size_; ++r)
         sources_[size_t(r)] = r == rank_ ? bytes_of(in) + first * es
                                          : seg_.area(r, int((c - 1) % 2));
-      if (auto err = reduce_sources(st, std::min(window, n - first), in.type(),
-                                    op, bytes_of(out) + first * es))
+      if (auto err =
+            reduce_sources(st, std::min(window, n - first), in.type(), op,
+                           bytes_of(out) + first * es, streams(n * es)))
         return err;
     }
     if (auto err = step(st)) return err;
@@ -334,7 +371,8 @@ caf::error shm_backend::staged_reduce_scatter(op_state& st,
         r == rank_ ? bytes_of(in) + (size_t(rank_) * block + first) * es
                    : seg_.area(r, 0) + size_t(rank_) * window * es;
     if (auto err =
-          reduce_sources(st, count, in.type(), op, bytes_of(out) + first * es))
+          reduce_sources(st, count, in.type(), op, bytes_of(out) + first * es,
+                         streams(block * es)))
       return err;
     // Nobody refills its area before every rank reduced from it.
     if (auto err = step(st)) return err;
