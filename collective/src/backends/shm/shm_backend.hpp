@@ -334,7 +334,7 @@ class shm_backend : public backend {
   /// (`type` elements, this round's sources) into `dst`.
   caf::error reduce_range(const op_state& st, size_t round_start, size_t first,
                           size_t count, dtype type, reduce_op op,
-                          std::byte* dst);
+                          std::byte* dst, bool stream = false);
 
   /// Reduces `count` elements from each rank's pointer in `sources_` (set
   /// by the caller) into `dst`, in rank order. `stream`: `dst` is written

@@ -51,11 +51,12 @@ void store_result(std::byte* dst, const std::byte* src, size_t bytes,
 
 caf::error shm_backend::reduce_range(const op_state& st, size_t round_start,
                                      size_t first, size_t count, dtype type,
-                                     reduce_op op, std::byte* dst) {
+                                     reduce_op op, std::byte* dst,
+                                     bool stream) {
   auto es = size_of(type);
   for (int r = 0; r < world_size_; ++r)
     sources_[size_t(r)] = source(st, r, round_start) + first * es - round_start;
-  return reduce_sources(st, count, type, op, dst);
+  return reduce_sources(st, count, type, op, dst, stream);
 }
 
 caf::error shm_backend::reduce_sources(const op_state& st, size_t count,
@@ -302,7 +303,8 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
   if (want_count > 0) {
     if (auto err = start_reading(st)) return err;
     auto reduced =
-      reduce_range(st, 0, want_first, want_count, in.type(), op, bytes_of(out));
+      reduce_range(st, 0, want_first, want_count, in.type(), op, bytes_of(out),
+                   streams(want_count * size_of(in.type())));
     stop_reading(st);
     if (reduced) return reduced;
   }
