@@ -12,7 +12,7 @@
 
 #include <caf_collective/config.hpp>
 
-#include "backends/common/reduce_kernels.hpp"
+#include "backends/common/stream_copy.hpp"
 #include "test_support.hpp"
 
 namespace col = caf_collective;

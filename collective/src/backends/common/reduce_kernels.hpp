@@ -46,17 +46,6 @@ void split_for_avg(const int64_t* x, int64_t* q, int64_t* r, size_t n, int d);
 void join_avg(const int64_t* q, const int64_t* r, int64_t* out, size_t n,
               int d);
 
-/// Copies `bytes` from `src` to `dst` with stores that bypass the caches
-/// (x86-64: SSE2 non-temporal stores; elsewhere memcpy). For results far
-/// larger than the caches: a plain store first reads the line it writes
-/// (read for ownership), a third memory pass that a streaming store saves.
-/// The stores are weakly ordered: call stream_fence() before another thread
-/// may read `dst`.
-void stream_copy(void* dst, const void* src, size_t bytes) noexcept;
-
-/// Orders every stream_copy of this thread before its later stores.
-void stream_fence() noexcept;
-
 /// Whether an avg on `type` needs the split above.
 constexpr bool needs_split_avg(dtype type, reduce_op op) noexcept {
   return type == dtype::int64 && op == reduce_op::avg;

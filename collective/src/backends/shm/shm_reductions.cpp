@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/common/reduce_kernels.hpp"
+#include "backends/common/stream_copy.hpp"
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_notice.hpp"
 
