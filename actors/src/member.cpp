@@ -20,6 +20,7 @@
 #include "caf_collective/rendezvous_actor.hpp"
 
 #include "layouts.hpp"
+#include "member_store.hpp"
 #include "op_plan.hpp"
 
 namespace caf_collective {
@@ -75,6 +76,8 @@ struct member_group {
   membership m;
   uint64_t gen = 0;
   group_ptr grp;
+  std::shared_ptr<member_store> store; // the group's, while it forms
+
   std::string state = "registered";
   caf::error reason;
   // By key: the driver's sequence number for driver-run groups, the
@@ -91,7 +94,12 @@ struct member_group {
 // on the group's own lane; a group with ops in flight is aborted first.
 void let_go(const std::string& name, member_group& g) {
   if (!g.grp) return;
-  if (!g.ops.empty()) g.grp->abort("member of group '" + name + "' terminated");
+  // A group still forming is aborted too, and its store closed: its
+  // formation would otherwise wait for its peers up to its timeout, and the
+  // actor system's shutdown with it (member_store.hpp).
+  if (g.state == "forming" && g.store) g.store->close();
+  if (!g.ops.empty() || g.state == "forming")
+    g.grp->abort("member of group '" + name + "' terminated");
   group::release_on_lane(std::move(g.grp));
 }
 
@@ -379,7 +387,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       cfg.rank = g.m.rank;
       cfg.backend = g.m.backend;
       cfg.timeout = milliseconds{timeout_ms};
-      cfg.store = make_actor_store(self->system(), store, prefix);
+      g.store = make_member_store(self->system(), store, prefix);
+      cfg.store = g.store;
       if (st->settings) cfg.hostname = st->settings->hostname;
       cfg.cuda_device = g.m.cuda_device;
       work formed;

@@ -1,11 +1,16 @@
 #include "caf_collective/rendezvous_actor.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/interfaces.hpp"
+
+#include "member_store.hpp"
 
 namespace caf_collective {
 
@@ -62,51 +67,113 @@ caf::behavior store_impl(caf::stateful_actor<store_state>* self) {
   };
 }
 
-class actor_store : public rendezvous_store {
+// A store's answer to one get, or why there was none.
+struct get_outcome {
+  caf::expected<std::vector<char>> value;
+  bool key_missing = false; // the store's own timeout: the key never came
+};
+
+class actor_store : public member_store {
  public:
-  actor_store(caf::actor_system& sys, store_actor store, std::string prefix)
-    : sys_(sys), store_(typed_store(store)), prefix_(std::move(prefix)) {
-    // nop
+  actor_store(caf::actor_system& sys, store_actor store, std::string prefix,
+              bool holds_system)
+    : sys_(sys), store_(typed_store(store)), prefix_(std::move(prefix)),
+      holds_system_(holds_system) {
+    // Counted as a running actor: the system's destructor waits for it
+    // (await_all_actors_done) before it tears down the scheduler and the
+    // clock that set() and get() need.
+    if (holds_system_) sys_.registry().inc_running();
   }
+
+  ~actor_store() override {
+    if (holds_system_) sys_.registry().dec_running();
+  }
+
+  actor_store(const actor_store&) = delete;
+  actor_store& operator=(const actor_store&) = delete;
 
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
+    if (closed_.load()) return closed_error(key);
     caf::error result;
     caf::scoped_actor self{sys_};
     self
       ->request(store_, std::chrono::seconds{30}, caf::put_atom::value,
                 prefix_ + "/" + key, value)
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& err) { result = std::move(err); });
+      .receive(
+        [](caf::ok_atom) {},
+        [&](caf::error& err) { result = unreachable_or(std::move(err)); });
     return result;
   }
 
   caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) override {
-    caf::expected<std::vector<char>> result{std::vector<char>{}};
+    if (!holds_system_) return get_once(key, timeout).value;
+    // A member's store waits in slices, so that close() ends a wait within
+    // one of them.
+    using clock = std::chrono::steady_clock;
+    auto deadline = clock::now() + timeout;
+    for (;;) {
+      if (closed_.load()) return closed_error(key);
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock::now());
+      auto outcome =
+        get_once(key, std::clamp(left, std::chrono::milliseconds{0},
+                                 close_poll_interval));
+      if (!outcome.key_missing) return std::move(outcome.value);
+      if (clock::now() >= deadline)
+        return make_error(errc::timeout, "rendezvous key '" + prefix_ + "/" +
+                                           key + "' not set within " +
+                                           std::to_string(timeout.count()) +
+                                           " ms");
+    }
+  }
+
+  void close() noexcept override { closed_.store(true); }
+
+ private:
+  // How long a closed store may keep a get waiting.
+  static constexpr std::chrono::milliseconds close_poll_interval{100};
+
+  // The store actor's own errors as they are; CAF's for a store that did
+  // not answer (died, or a request that timed out) as a timeout naming it.
+  static caf::error unreachable_or(caf::error err) {
+    if (err == caf::sec::request_timeout ||
+        err == caf::sec::request_receiver_down)
+      return make_error(errc::timeout,
+                        "rendezvous store unreachable: " + render(err));
+    return err;
+  }
+
+  caf::error closed_error(const std::string& key) const {
+    return make_error(errc::aborted, "rendezvous key '" + prefix_ + "/" + key +
+                                       "': the store was closed (the member "
+                                       "of this group terminated)");
+  }
+
+  get_outcome get_once(const std::string& key,
+                       std::chrono::milliseconds timeout) {
+    get_outcome result{std::vector<char>{}};
     caf::scoped_actor self{sys_};
     // The store answers with its own timeout error; ours is only a backstop
     // for a store that died.
     self
       ->request(store_, timeout + std::chrono::seconds{1}, caf::get_atom::value,
                 prefix_ + "/" + key, static_cast<int64_t>(timeout.count()))
-      .receive([&](std::vector<char>& value) { result = std::move(value); },
-               [&](caf::error& err) {
-                 if (err == caf::sec::request_timeout ||
-                     err == caf::sec::request_receiver_down)
-                   result =
-                     make_error(errc::timeout,
-                                "rendezvous store unreachable: " + render(err));
-                 else
-                   result = std::move(err);
-               });
+      .receive(
+        [&](std::vector<char>& value) { result.value = std::move(value); },
+        [&](caf::error& err) {
+          result.key_missing = code_of(err) == errc::timeout;
+          result.value = unreachable_or(std::move(err));
+        });
     return result;
   }
 
- private:
   caf::actor_system& sys_;
   store_api store_;
   std::string prefix_;
+  bool holds_system_;
+  std::atomic<bool> closed_{false};
 };
 
 } // namespace
@@ -117,8 +184,15 @@ store_actor spawn_store_actor(caf::actor_system& sys) {
 
 rendezvous_store_ptr make_actor_store(caf::actor_system& sys, store_actor store,
                                       std::string prefix) {
-  return std::make_shared<actor_store>(sys, std::move(store),
-                                       std::move(prefix));
+  return std::make_shared<actor_store>(sys, std::move(store), std::move(prefix),
+                                       false);
+}
+
+std::shared_ptr<member_store> make_member_store(caf::actor_system& sys,
+                                                store_actor store,
+                                                std::string prefix) {
+  return std::make_shared<actor_store>(sys, std::move(store), std::move(prefix),
+                                       true);
 }
 
 } // namespace caf_collective

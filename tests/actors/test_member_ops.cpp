@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@
 #include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
 #include <caf_collective/member_ops.hpp>
+#include <caf_collective/rendezvous_actor.hpp>
+
+#include "member_store.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -722,4 +726,83 @@ TEST_CASE("members send and receive objects, and an object op on a "
       CHECK(contains(x, "'dpair'"));
     },
     caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+}
+
+TEST_CASE("an actor system that shuts down while its members' groups still "
+          "form waits for their teardown, briefly, and does not crash") {
+  // The members terminate with the fixture while their groups' formation
+  // may still run on the groups' lanes, talking to the rendezvous store
+  // through the actor system: the system must outlive that work (it used to
+  // be destroyed under it: a crash in caf::actor_system::clock()), and a
+  // group still forming is aborted rather than waited for. The delay before
+  // the shutdown sweeps across formation (Gloo, 2 ranks: TCP connections).
+  auto idle = [](caf::event_based_actor*) { return caf::behavior{}; };
+  for (int round = 0; round < 40; ++round) {
+    std::chrono::steady_clock::time_point start;
+    {
+      fixture f;
+      for (int r = 0; r < 2; ++r) {
+        auto m = members_run("early-" + std::to_string(round), r, 2, "gloo");
+        m.timeout_ms = 2000;
+        f.member(m, idle);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds{round % 20});
+      start = std::chrono::steady_clock::now();
+    }
+    // A group still forming is aborted and its store closed (within 100
+    // ms), but Gloo's own connect to a peer that left cannot be
+    // interrupted: the wait is bounded by the formation timeout (2 s).
+    auto took = std::chrono::steady_clock::now() - start;
+    CHECK(took < 6s);
+  }
+}
+
+TEST_CASE("a member's rendezvous store holds the actor system up until it is "
+          "released, and closing it ends a wait within a poll") {
+  // A member's group keeps its store until the group is destroyed on its
+  // lane, after the member terminated, and its store actor may be gone by
+  // then (the driver's, which ends with the driver): the system's
+  // destructor must still wait, or the store's next call would use a
+  // destroyed system (a crash in caf::actor_system::clock()).
+  std::shared_ptr<col::member_store> store;
+  std::atomic<bool> released{false};
+  caf::error set_result;
+  std::thread user;
+  {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{prepare(cfg, 0)};
+    auto store_actor = col::spawn_store_actor(sys);
+    store = col::make_member_store(sys, store_actor, "held");
+    caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
+    user = std::thread([&] {
+      std::this_thread::sleep_for(300ms);
+      // By now the system's destructor runs, waiting for this store.
+      set_result = store->set("k", {'x'});
+      released = true;
+      store.reset();
+    });
+  }
+  CHECK(released.load());
+  user.join();
+  // The store actor is gone: the call fails cleanly, naming why.
+  CHECK(col::code_of(set_result) == col::errc::timeout);
+  CHECK(contains(col::render(set_result), "unreachable"));
+  // close() ends a get that would wait for 30 s, and every later call.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{prepare(cfg, 0)};
+  auto closable =
+    col::make_member_store(sys, col::spawn_store_actor(sys), "closed");
+  caf::expected<std::vector<char>> waited{std::vector<char>{}};
+  auto start = std::chrono::steady_clock::now();
+  std::thread waiter([&] { waited = closable->get("never", 30s); });
+  std::this_thread::sleep_for(200ms);
+  closable->close();
+  waiter.join();
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  REQUIRE(!waited);
+  CHECK(col::code_of(waited.error()) == col::errc::aborted);
+  CHECK(contains(col::render(waited.error()), "closed/never"));
+  auto after = closable->set("k", {'y'});
+  CHECK(col::code_of(after) == col::errc::aborted);
+  closable.reset(); // before the system: it holds the system up
 }
