@@ -234,48 +234,13 @@ void run_paths(int world, int rank, const std::string& dir,
   col::destroy_collective_group(gb);
 }
 
-// allreduce, reduce_scatter and reduce of `count` elements per rank block
-// against the reference.
-void check_reductions(int world, int rank, const std::string& g, col::dtype t,
-                      col::reduce_op op, size_t count) {
-  auto w = size_t(world);
-  std::string what = std::string{col::to_string(t)} + " " +
-                     std::string{col::to_string(op)} + " count " +
-                     std::to_string(count);
-  auto want = test::make_tensor(t, count * w);
-  for (size_t i = 0; i < count * w; ++i)
-    test::reference_element(t, op, world, i, want.data(), i);
-  auto x = test::make_tensor(t, count);
-  test::fill_input(x, op, rank);
-  col::allreduce_options aopts;
-  aopts.op = op;
-  col::allreduce(x, g, aopts);
-  checks.expect_equal("allreduce " + what, x, want.view().slice(0, count));
-  auto in = test::make_tensor(t, count * w);
-  test::fill_input(in, op, rank);
-  auto out = test::make_tensor(t, count);
-  test::poison(out);
-  col::reduce_scatter_options sopts;
-  sopts.op = op;
-  col::reduce_scatter(in, out, g, sopts);
-  checks.expect_equal("reduce_scatter " + what, out,
-                      want.view().slice(size_t(rank) * count, count));
-  auto rout = test::make_tensor(t, count * w);
-  test::poison(rout);
-  col::reduce_options ropts;
-  ropts.op = op;
-  ropts.root = world - 1;
-  col::reduce(in, rout, g, ropts);
-  if (rank == world - 1) checks.expect_equal("reduce " + what, rout, want);
-}
-
 void run_matrix(int world, int rank, const std::string& g) {
   // 5: the small path (one step); 65537: single copy or staged.
   for (size_t count : {size_t{5}, size_t{65537}})
     for (auto t : col::all_dtypes)
       for (auto op : col::all_reduce_ops)
         if (col::is_defined(op, t))
-          check_reductions(world, rank, g, t, op, count);
+          test::check_reductions(checks, world, rank, g, t, op, count);
   // reduce_scatter and reduce of 9 MiB inputs: staged whatever the kernel
   // allows (over 8 MiB) and over several rounds, the last one partial.
   // reduce_scatter moves a window of every block per round (at 3 ranks a
@@ -283,8 +248,8 @@ void run_matrix(int world, int rank, const std::string& g) {
   // takes three rounds of the area. (The 3 MiB allreduce here is one round;
   // run_paths' 4 MiB allreduce takes two staged rounds.)
   for (auto t : {col::dtype::float32, col::dtype::int64})
-    check_reductions(world, rank, g, t, col::reduce_op::sum,
-                     (size_t{3} << 20) / col::size_of(t) + 7);
+    test::check_reductions(checks, world, rank, g, t, col::reduce_op::sum,
+                           (size_t{3} << 20) / col::size_of(t) + 7);
   // Results of 32 MiB and more are written past the caches (stream_copy):
   // straight from the kernel (float32 sum), after the division of avg, and
   // after the narrowing of float16 and of int32's int64 avg carrier. The
@@ -297,8 +262,8 @@ void run_matrix(int world, int rank, const std::string& g) {
                        std::pair{col::dtype::float32, col::reduce_op::avg},
                        std::pair{col::dtype::float16, col::reduce_op::max},
                        std::pair{col::dtype::int32, col::reduce_op::avg}})
-    check_reductions(world, rank, g, t, op,
-                     (size_t{32} << 20) / col::size_of(t) + 5);
+    test::check_reductions(checks, world, rank, g, t, op,
+                           (size_t{32} << 20) / col::size_of(t) + 5);
 }
 
 } // namespace

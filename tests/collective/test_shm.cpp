@@ -263,29 +263,8 @@ TEST_CASE("shm: ranks in one process reduce results of 32 MiB and more past "
   constexpr int world = 2;
   test::run_shm_threads(world, "streamed", [](int rank, rank_log& log) {
     for (auto [t, op] : {std::pair{col::dtype::float32, col::reduce_op::sum},
-                         std::pair{col::dtype::float16, col::reduce_op::max}}) {
-      auto count = (size_t{32} << 20) / col::size_of(t) + 5;
-      auto what =
-        std::string{col::to_string(t)} + " " + std::string{col::to_string(op)};
-      auto want = test::make_tensor(t, count * world);
-      for (size_t i = 0; i < count * world; ++i)
-        test::reference_element(t, op, world, i, want.data(), i);
-      auto in = test::make_tensor(t, count * world);
-      test::fill_input(in, op, rank);
-      auto out = test::make_tensor(t, count);
-      test::poison(out);
-      col::reduce_scatter_options sopts;
-      sopts.op = op;
-      col::reduce_scatter(in, out, "streamed", sopts);
-      log.expect_equal("reduce_scatter " + what, out,
-                       want.view().slice(size_t(rank) * count, count));
-      auto rout = test::make_tensor(t, count * world);
-      test::poison(rout);
-      col::reduce_options ropts;
-      ropts.op = op;
-      ropts.root = 1;
-      col::reduce(in, rout, "streamed", ropts);
-      if (rank == 1) log.expect_equal("reduce " + what, rout, want);
-    }
+                         std::pair{col::dtype::float16, col::reduce_op::max}})
+      test::check_reductions(log, world, rank, "streamed", t, op,
+                             (size_t{32} << 20) / col::size_of(t) + 5);
   });
 }

@@ -572,4 +572,39 @@ inline std::string case_name(const char* op, col::dtype t, col::reduce_op rop,
          std::string{col::to_string(rop)};
 }
 
+/// allreduce, reduce_scatter and reduce (to the last rank) of `count`
+/// elements per rank block on `group` against the reference, as rank `rank`
+/// of `world`.
+inline void check_reductions(rank_log& log, int world, int rank,
+                             const std::string& group, col::dtype t,
+                             col::reduce_op op, size_t count) {
+  auto w = size_t(world);
+  auto what = case_name("", t, op, world, count);
+  auto want = make_tensor(t, count * w);
+  for (size_t i = 0; i < count * w; ++i)
+    reference_element(t, op, world, i, want.data(), i);
+  auto x = make_tensor(t, count);
+  fill_input(x, op, rank);
+  col::allreduce_options aopts;
+  aopts.op = op;
+  col::allreduce(x, group, aopts);
+  log.expect_equal("allreduce" + what, x, want.view().slice(0, count));
+  auto in = make_tensor(t, count * w);
+  fill_input(in, op, rank);
+  auto out = make_tensor(t, count);
+  poison(out);
+  col::reduce_scatter_options sopts;
+  sopts.op = op;
+  col::reduce_scatter(in, out, group, sopts);
+  log.expect_equal("reduce_scatter" + what, out,
+                   want.view().slice(size_t(rank) * count, count));
+  auto rout = make_tensor(t, count * w);
+  poison(rout);
+  col::reduce_options ropts;
+  ropts.op = op;
+  ropts.root = world - 1;
+  col::reduce(in, rout, group, ropts);
+  if (rank == world - 1) log.expect_equal("reduce" + what, rout, want);
+}
+
 } // namespace test

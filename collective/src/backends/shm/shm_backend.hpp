@@ -229,6 +229,13 @@ class shm_backend : public backend {
                        const tensor_view& out, int root, reduce_op how,
                        size_t finisher_bytes, op_completion& done);
 
+  /// The start of the copy ops: see shm_copies.cpp.
+  bool start_copy(op_kind op, const op_call& call,
+                  const tensor_view& contribution, const tensor_view& out,
+                  int root, std::span<const std::byte> payload,
+                  size_t slot_bytes, size_t finisher_bytes,
+                  op_completion& done);
+
   /// Writes rank `r`'s result of the op `n` (every input in the small
   /// slots of `parity`) into `out`; `shared` is the allreduce result.
   caf::error write_result(int r, const op_notice& n, int parity, std::byte* out,

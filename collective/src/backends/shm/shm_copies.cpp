@@ -367,30 +367,42 @@ bool shm_backend::start_barrier(const op_call& call, const barrier_options&,
                             key_of(op_kind::barrier, dtype::uint8, 0)),
                 {}, done);
 }
+// The start of the copy ops: `contribution` is what the notice names as
+// this rank's input (its output off a broadcast's or scatter's root),
+// `payload` what goes to its slot; `slot_bytes` and `finisher_bytes` as in
+// can_start.
+bool shm_backend::start_copy(op_kind op, const op_call& call,
+                             const tensor_view& contribution,
+                             const tensor_view& out, int root,
+                             std::span<const std::byte> payload,
+                             size_t slot_bytes, size_t finisher_bytes,
+                             op_completion& done) {
+  if (!can_start(slot_bytes, finisher_bytes)) return false;
+  // broadcast and scatter agree on their output, which every rank has.
+  const auto& agreed =
+    op == op_kind::broadcast || op == op_kind::scatter ? out : contribution;
+  return arrive(call,
+                make_notice(op, contribution, out, agreed.numel(), root,
+                            reduce_op::sum,
+                            key_of(op, agreed.type(), agreed.numel(), root)),
+                payload, done);
+}
+
 bool shm_backend::start_allgather(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const allgather_options&,
                                   op_completion& done) {
-  if (!can_start(in.nbytes(),
-                 in.nbytes() * size_t(world_size_) * size_t(world_size_)))
-    return false;
-  return arrive(call,
-                make_notice(op_kind::allgather, in, out, in.numel(), -1,
-                            reduce_op::sum,
-                            key_of(op_kind::allgather, in.type(), in.numel())),
-                payload_of(in), done);
+  auto w = size_t(world_size_);
+  return start_copy(op_kind::allgather, call, in, out, -1, payload_of(in),
+                    in.nbytes(), in.nbytes() * w * w, done);
 }
 
 bool shm_backend::start_gather(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const gather_options& opts,
                                op_completion& done) {
-  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
-  return arrive(
-    call,
-    make_notice(op_kind::gather, in, out, in.numel(), opts.root, reduce_op::sum,
-                key_of(op_kind::gather, in.type(), in.numel(), opts.root)),
-    payload_of(in), done);
+  return start_copy(op_kind::gather, call, in, out, opts.root, payload_of(in),
+                    in.nbytes(), in.nbytes() * size_t(world_size_), done);
 }
 
 bool shm_backend::start_scatter(const op_call& call, const tensor_view& in,
@@ -398,42 +410,28 @@ bool shm_backend::start_scatter(const op_call& call, const tensor_view& in,
                                 const scatter_options& opts,
                                 op_completion& done) {
   // Every rank knows the root's contribution: W blocks of its output.
-  if (!can_start(out.nbytes() * size_t(world_size_),
-                 out.nbytes() * size_t(world_size_)))
-    return false;
+  auto all = out.nbytes() * size_t(world_size_);
   bool root = rank_ == opts.root;
-  return arrive(
-    call,
-    make_notice(op_kind::scatter, root ? in : out, out, out.numel(), opts.root,
-                reduce_op::sum,
-                key_of(op_kind::scatter, out.type(), out.numel(), opts.root)),
-    root ? payload_of(in) : std::span<const std::byte>{}, done);
+  return start_copy(op_kind::scatter, call, root ? in : out, out, opts.root,
+                    root ? payload_of(in) : std::span<const std::byte>{}, all,
+                    all, done);
 }
 
 bool shm_backend::start_alltoall(const op_call& call, const tensor_view& in,
                                  const tensor_view& out,
                                  const alltoall_options&, op_completion& done) {
   // The input goes to the slot: in place needs no copy of its own.
-  if (!can_start(in.nbytes(), in.nbytes() * size_t(world_size_))) return false;
-  return arrive(call,
-                make_notice(op_kind::alltoall, in, out, in.numel(), -1,
-                            reduce_op::sum,
-                            key_of(op_kind::alltoall, in.type(), in.numel())),
-                payload_of(in), done);
+  return start_copy(op_kind::alltoall, call, in, out, -1, payload_of(in),
+                    in.nbytes(), in.nbytes() * size_t(world_size_), done);
 }
 
 bool shm_backend::start_broadcast(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const broadcast_options& opts,
                                   op_completion& done) {
-  if (!can_start(out.nbytes(), out.nbytes() * size_t(world_size_)))
-    return false;
   bool root = rank_ == opts.root;
-  return arrive(
-    call,
-    make_notice(op_kind::broadcast, root ? in : out, out, out.numel(),
-                opts.root, reduce_op::sum,
-                key_of(op_kind::broadcast, out.type(), out.numel(), opts.root)),
-    root ? payload_of(in) : std::span<const std::byte>{}, done);
+  return start_copy(op_kind::broadcast, call, root ? in : out, out, opts.root,
+                    root ? payload_of(in) : std::span<const std::byte>{},
+                    out.nbytes(), out.nbytes() * size_t(world_size_), done);
 }
 } // namespace caf_collective::detail::shm
