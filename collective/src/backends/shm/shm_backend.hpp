@@ -229,6 +229,11 @@ class shm_backend : public backend {
                        const tensor_view& out, int root, reduce_op how,
                        size_t finisher_bytes, op_completion& done);
 
+  /// allgather (`root` -1) and gather: see shm_copies.cpp.
+  caf::error gather_blocks(op_kind op, const op_call& call,
+                           const tensor_view& in, const tensor_view& out,
+                           int root);
+
   /// The start of the copy ops: see shm_copies.cpp.
   bool start_copy(op_kind op, const op_call& call,
                   const tensor_view& contribution, const tensor_view& out,

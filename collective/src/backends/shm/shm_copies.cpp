@@ -161,35 +161,30 @@ caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
 caf::error shm_backend::allgather(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const allgather_options&) {
-  op_state st{op_kind::allgather, &call, clock::now() + call.timeout};
-  if (auto err = begin(
-        st,
-        make_notice(op_kind::allgather, in, out, in.numel(), -1, reduce_op::sum,
-                    key_of(op_kind::allgather, in.type(), in.numel())),
-        {}, payload_of(in)))
-    return err;
-  auto& needs = needs_; // reused: no allocation per call once grown
-  needs.clear();
-  for (int r = 0; r < world_size_; ++r)
-    needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
-  return run_copies(st, bytes_of(in), in.nbytes(), in.nbytes(), needs,
-                    bytes_of(out));
+  return gather_blocks(op_kind::allgather, call, in, out, -1);
 }
 
 caf::error shm_backend::gather(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const gather_options& opts) {
-  op_state st{op_kind::gather, &call, clock::now() + call.timeout};
+  return gather_blocks(op_kind::gather, call, in, out, opts.root);
+}
+
+// allgather (root -1: every rank collects) and gather: every rank's input
+// is block r of the collecting ranks' outputs.
+caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
+                                      const tensor_view& in,
+                                      const tensor_view& out, int root) {
+  op_state st{op, &call, clock::now() + call.timeout};
   if (auto err =
         begin(st,
-              make_notice(
-                op_kind::gather, in, out, in.numel(), opts.root, reduce_op::sum,
-                key_of(op_kind::gather, in.type(), in.numel(), opts.root)),
+              make_notice(op, in, out, in.numel(), root, reduce_op::sum,
+                          key_of(op, in.type(), in.numel(), root)),
               {}, payload_of(in)))
     return err;
   auto& needs = needs_; // reused: no allocation per call once grown
   needs.clear();
-  if (rank_ == opts.root)
+  if (root < 0 || rank_ == root)
     for (int r = 0; r < world_size_; ++r)
       needs.push_back({r, 0, in.nbytes(), size_t(r) * in.nbytes()});
   return run_copies(st, bytes_of(in), in.nbytes(), in.nbytes(), needs,
