@@ -76,8 +76,9 @@ struct member_group {
   membership m;
   uint64_t gen = 0;
   group_ptr grp;
-  std::shared_ptr<member_store> store; // the group's, while it forms
-
+  // The group's store, also kept here to close it if the member
+  // terminates while the group forms (let_go).
+  std::shared_ptr<member_store> store;
   std::string state = "registered";
   caf::error reason;
   // By key: the driver's sequence number for driver-run groups, the

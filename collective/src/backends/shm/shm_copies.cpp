@@ -46,6 +46,7 @@ const std::byte* shm_backend::source(const op_state& st, int rank,
     }
   }
 }
+
 caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                                    size_t mine_bytes, size_t longest,
                                    std::span<const need> needs,
