@@ -4,6 +4,12 @@
 # of each in the given folder. Exit status: 0 when every program passed.
 #
 # Usage: run-gpu-tests.sh [log-dir]   (from the bundle folder or anywhere)
+# Optional, for a device session that has the minutes (about 15 s each):
+#   REPEATS=N    runs the whole GPU suite N more times in one process (flakes)
+#   SANITIZE=1   runs the op cases under compute-sanitizer memcheck and
+#                initcheck (--report-api-errors no: NCCL's own communicator
+#                init probes kernels the device lacks and reports 8 API errors
+#                per communicator that are not ours)
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 logs=${1:-$PWD/gpu-logs}
@@ -48,4 +54,39 @@ while IFS= read -r case_name; do
     --duration=true "--test-case=${case_name//,/?}"
 done <"$logs/gpu_cases.txt"
 NCCL_DEBUG=VERSION run example_06 timeout 120 "$here/bin/example_06_gpu_data_parallel"
+
+for ((repeat = 1; repeat <= ${REPEATS:-0}; repeat++)); do
+  run "repeat_$repeat" timeout 120 "$here/bin/nccl_gpu_test" --duration=true
+  grep -E '^\[doctest\] (test cases|assertions)' "$logs/repeat_$repeat.log"
+done
+
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  sanitized_cases=(
+    'every data-movement op copies every dtype on one rank'
+    'every reduce op NCCL has reduces every dtype on one rank'
+    'gather, scatter and alltoall are right on the send/recv fallback'
+    'a multi-GPU group runs every op over all of a member'"'"'s devices'
+    'the backend'"'"'s memory never waits for other work on the device'
+    'two groups on one device run side by side and give slots back'
+    'an op that timed out behind the caller'"'"'s work never writes later'
+    'group abort fails a running NCCL op at once and breaks the group'
+  )
+  for tool in memcheck initcheck; do
+    index=0
+    for case_name in "${sanitized_cases[@]}"; do
+      index=$((index + 1))
+      # initcheck on the two op matrices only: each run costs ~15 s of device time.
+      [[ $tool == initcheck && $index -gt 2 ]] && break
+      run "${tool}_$index" timeout 180 "$sanitizer" --tool "$tool" \
+        --report-api-errors no --error-exitcode 9 "$here/bin/nccl_gpu_test" \
+        "--test-case=${case_name//,/?}"
+      grep -E 'ERROR SUMMARY|^\[doctest\] test cases' "$logs/${tool}_$index.log"
+      if grep -qE '^\[doctest\] test cases: +0 \|' "$logs/${tool}_$index.log"; then
+        echo "=== ${tool}_$index: no test case is named '$case_name'"
+        failed=1
+      fi
+    done
+  done
+fi
 exit $failed
