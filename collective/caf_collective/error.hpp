@@ -84,6 +84,10 @@ errc code_of(const caf::error& err) noexcept;
 /// categories (sec, exit_reason) are rendered by name too.
 std::string render(const caf::error& err);
 
+/// The text of `err` without its code ("group 'g' ...: ..."), for wrapping
+/// an error into another; render(err) for an error without a single text.
+std::string detail_of(const caf::error& err);
+
 /// "[0, 2, 3]": ranks as errors name them.
 std::string list_ranks(const std::vector<int>& ranks);
 

@@ -140,7 +140,8 @@ class group : public std::enable_shared_from_this<group> {
   /// Fails the running and every queued operation at once with
   /// errc::aborted and breaks the group. The backend stops using their
   /// buffers first (Gloo: its connections are closed). Safe from any thread
-  /// (the actor layer calls it when a peer dies).
+  /// (the actor layer calls it when a peer dies). A group still forming
+  /// stops waiting for its peers within about 100 ms (docs/api.md).
   void abort(std::string why);
 
   /// Blocks until every operation submitted so far has finished.

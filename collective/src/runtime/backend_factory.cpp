@@ -1,7 +1,8 @@
 #include "runtime/backend_factory.hpp"
 
-#include "caf_collective/error.hpp"
 #include "backends/shm/shm_backend.hpp"
+#include "caf_collective/error.hpp"
+#include "runtime/cancelable_store.hpp"
 
 namespace caf_collective::detail {
 
@@ -11,7 +12,8 @@ namespace {
 // publishes its host identity and reads all of them, so all decide alike.
 // A group formed by a member does not know its tensors yet: the actor layer
 // picks nccl for CUDA tensors itself.
-caf::expected<backend_ptr> make_auto_backend(const group_config& cfg) {
+caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
+                                             const std::atomic<bool>* cancel) {
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   auto store = make_prefix_store("auto/" + cfg.name, cfg.store);
   auto me = shm::host_identity();
@@ -29,6 +31,10 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg) {
       where.group = cfg.name;
       where.rank = cfg.rank;
       where.world_size = cfg.world_size;
+      if (code_of(host.error()) == errc::aborted)
+        return make_error(errc::aborted, where,
+                          "forming the group failed: " +
+                            detail_of(host.error()));
       return make_error(errc::timeout, where,
                         "forming the group failed: rank " + std::to_string(r) +
                           " did not join within " +
@@ -41,16 +47,23 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg) {
   chosen.timeout =
     std::max(milliseconds{1}, std::chrono::duration_cast<milliseconds>(
                                 deadline - std::chrono::steady_clock::now()));
-  return one_host ? shm::make_shm_backend(chosen) : make_gloo_backend(chosen);
+  return one_host ? shm::make_shm_backend(chosen, cancel)
+                  : make_gloo_backend(chosen);
 }
 
 } // namespace
 
-caf::expected<backend_ptr> make_backend(const group_config& cfg,
+caf::expected<backend_ptr> make_backend(const group_config& given,
                                         const std::atomic<bool>* cancel) {
+  // Every wait on the store (addresses, host identities, the segment's
+  // name, NCCL's unique id) ends soon after the group is aborted.
+  auto cfg = given;
+  if (cancel != nullptr && cfg.store)
+    cfg.store = make_cancelable_store(
+      cfg.store, cancel, "group '" + cfg.name + "' was aborted while forming");
   if (cfg.backend == "gloo") return make_gloo_backend(cfg);
-  if (cfg.backend == "shm") return shm::make_shm_backend(cfg);
-  if (cfg.backend == "auto") return make_auto_backend(cfg);
+  if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
+  if (cfg.backend == "auto") return make_auto_backend(cfg, cancel);
   if (cfg.backend == "nccl") {
 #if CAF_COLLECTIVE_HAVE_NCCL
     return make_nccl_backend(cfg, cancel);

@@ -11,10 +11,12 @@
 
 namespace caf_collective::detail {
 
-/// Dispatches on cfg.backend ("gloo", "nccl", "auto"); fails with
+/// Dispatches on cfg.backend ("gloo", "shm", "nccl", "auto"); fails with
 /// invalid_argument for an unknown name and unsupported for "nccl" in a
-/// build without it. A formation that honours `cancel` (may be null; NCCL
-/// does) fails with aborted soon after it becomes true.
+/// build without it. Once `*cancel` (may be null) becomes true, formation
+/// fails with aborted within about 100 ms: every store wait looks at it
+/// (cancelable_store.hpp), and so do shm's and NCCL's own waits. Gloo's TCP
+/// connect to a peer that died after publishing its address does not.
 caf::expected<backend_ptr>
 make_backend(const group_config& cfg,
              const std::atomic<bool>* cancel = nullptr);

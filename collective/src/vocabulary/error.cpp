@@ -112,6 +112,13 @@ std::string render(const caf::error& err) {
   return render_parts(err.code(), err.category(), err.context());
 }
 
+std::string detail_of(const caf::error& err) {
+  const auto& ctx = err.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+    return ctx.get_as<std::string>(0);
+  return render(err);
+}
+
 void add_error_category(caf::actor_system_config& cfg) {
   cfg.add_error_category(
     error_category(),

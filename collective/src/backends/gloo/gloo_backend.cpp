@@ -266,13 +266,9 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
   } catch (const std::exception& ex) {
     // The store or the peer check failed: keep their code and text.
     if (const auto& err = adapter.failure()) {
-      const auto& ctx = err.context();
-      auto text = ctx.size() == 1 && ctx.match_element<std::string>(0)
-                    ? ctx.get_as<std::string>(0)
-                    : render(err);
       return make_error(is_collective_error(err) ? code_of(err)
                                                  : errc::backend_error,
-                        where, "forming the group failed: " + text);
+                        where, "forming the group failed: " + detail_of(err));
     }
     watchdog.stop();
     if (auto late = watchdog.late_peers(); !late.empty())

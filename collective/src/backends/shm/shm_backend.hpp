@@ -166,12 +166,18 @@ class shm_backend : public backend {
 
   /// Waits until every rank attached, then removes the segment's name.
   /// `segment_name`: the name every rank attached by (it keys the ranks'
-  /// shared arrival table in direct mode).
+  /// shared arrival table in direct mode). Once `*cancel` (may be null) is
+  /// true the wait aborts the backend, which tells the peers, and fails
+  /// with aborted within a sleep slice.
   caf::error finish_formation(const std::string& segment_name,
-                              std::chrono::steady_clock::time_point deadline);
+                              std::chrono::steady_clock::time_point deadline,
+                              const std::atomic<bool>* cancel = nullptr);
 
  private:
   using clock = std::chrono::steady_clock;
+
+  caf::error finish_formation_steps(const std::string& segment_name,
+                                    clock::time_point deadline);
 
   /// How an op moves its data (see the top of this file).
   enum class path { direct, staged, single_copy, small };
@@ -400,6 +406,8 @@ class shm_backend : public backend {
   // abort() tells the peers.
   std::atomic<errc> failed_code_{errc::aborted};
   std::string abort_reason_; // set once before aborted_
+  // The group's abort flag while the backend forms, then null.
+  const std::atomic<bool>* formation_cancel_ = nullptr;
   std::vector<int32_t> pids_;
   std::vector<int> pidfds_; // -1, or a pidfd of a rank in another process
   // Carrier scratch of the reductions: fixed size, allocated once.
@@ -415,8 +423,11 @@ class shm_backend : public backend {
 };
 
 /// Forms an shm group: rank 0 creates the segment and publishes its name in
-/// cfg.store; every rank checks that all ranks are on this host.
-caf::expected<backend_ptr> make_shm_backend(const group_config& cfg);
+/// cfg.store; every rank checks that all ranks are on this host. Fails with
+/// aborted soon after `*cancel` (may be null) becomes true.
+caf::expected<backend_ptr>
+make_shm_backend(const group_config& cfg,
+                 const std::atomic<bool>* cancel = nullptr);
 
 /// "<boot id>/<hostname>": ranks with the same identity share memory.
 std::string host_identity();

@@ -86,7 +86,8 @@ bool shm_backend::supports(op_kind, device_kind kind, dtype) const noexcept {
   return kind == device_kind::cpu;
 }
 
-caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
+caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
+                                            const std::atomic<bool>* cancel) {
   auto deadline = clock::now() + cfg.timeout;
   if (cfg.world_size > max_world_size)
     return formation_error(cfg, errc::invalid_argument,
@@ -101,6 +102,8 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
   std::string other_host;
   for (int r = 0; r < cfg.world_size; ++r) {
     auto host = store->get("host/" + std::to_string(r), left(deadline));
+    if (!host && code_of(host.error()) == errc::aborted)
+      return formation_error(cfg, errc::aborted, detail_of(host.error()));
     if (!host)
       return formation_error(cfg, errc::timeout,
                              "rank " + std::to_string(r) +
@@ -129,6 +132,8 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
     name = fresh_segment_name(cfg.name);
   } else {
     auto published = store->get("segment", left(deadline));
+    if (!published && code_of(published.error()) == errc::aborted)
+      return formation_error(cfg, errc::aborted, detail_of(published.error()));
     if (!published)
       return formation_error(cfg, errc::timeout,
                              "rank 0 did not publish the segment within " +
@@ -148,8 +153,8 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg) {
   if (cfg.rank == 0)
     if (auto err = store->set("segment", bytes_of(name))) return err;
   auto result = std::make_unique<shm_backend>(cfg, std::move(*seg));
-  if (auto err = result->finish_formation(name, deadline))
-    return formation_error(cfg, code_of(err), render(err));
+  if (auto err = result->finish_formation(name, deadline, cancel))
+    return formation_error(cfg, code_of(err), detail_of(err));
   return backend_ptr{std::move(result)};
 }
 

@@ -104,6 +104,9 @@ void shm_backend::ring() noexcept {
 
 caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
                                        const std::vector<int>& waiting_for) {
+  if (formation_cancel_ != nullptr &&
+      formation_cancel_->load(std::memory_order_acquire))
+    abort("the group was aborted while forming"); // the peers learn it too
   if (aborted_.load(std::memory_order_acquire))
     return make_error(errc::aborted, context(op, call),
                       "backend aborted: " + abort_reason_);
@@ -380,7 +383,16 @@ void shm_backend::abort(std::string_view why) {
 }
 
 caf::error shm_backend::finish_formation(const std::string& segment_name,
-                                         clock::time_point deadline) {
+                                         clock::time_point deadline,
+                                         const std::atomic<bool>* cancel) {
+  formation_cancel_ = cancel;
+  auto formed = finish_formation_steps(segment_name, deadline);
+  formation_cancel_ = nullptr;
+  return formed;
+}
+
+caf::error shm_backend::finish_formation_steps(const std::string& segment_name,
+                                               clock::time_point deadline) {
   auto& h = seg_.header();
   h.attached.fetch_add(1, std::memory_order_acq_rel);
   ring();

@@ -1,0 +1,149 @@
+// group::abort while the group forms: every backend stops waiting for its
+// peers at once (the store's waits, shm's wait for ranks to attach) instead
+// of at the formation deadline, and a rank that gives up this way tells the
+// shm peers that already attached.
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "backends/shm/shm_backend.hpp"
+#include "backends/shm/shm_segment.hpp"
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+using test::expect_usable;
+using test::rank_log;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Far beyond what the tests allow: reaching it means abort was not seen.
+constexpr auto formation_deadline = 60s;
+
+col::group_config config_of(const std::string& name, const std::string& backend,
+                            int world, int rank,
+                            col::rendezvous_store_ptr store) {
+  col::group_config cfg;
+  cfg.name = name;
+  cfg.backend = backend;
+  cfg.world_size = world;
+  cfg.rank = rank;
+  cfg.store = std::move(store);
+  cfg.timeout = formation_deadline;
+  return cfg;
+}
+
+bool segment_left_of(const std::string& group) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
+      return true;
+  return false;
+}
+
+// Publishes rank `rank`'s host identity for shm and auto as a member on
+// this host would, without ever forming: the others wait for it later on.
+void pretend_to_join(const col::rendezvous_store_ptr& store,
+                     const std::string& prefix, int rank) {
+  auto me = col::detail::shm::host_identity();
+  REQUIRE(!col::make_prefix_store(prefix, store)
+             ->set("host/" + std::to_string(rank), {me.begin(), me.end()}));
+}
+
+} // namespace
+
+TEST_CASE("a group aborted while it waits for a missing rank stops at once, "
+          "on every backend") {
+  for (std::string backend : {"gloo", "shm", "auto"}) {
+    CAPTURE(backend);
+    const auto name = "abort-forming-" + backend;
+    auto store = col::make_in_process_store();
+    col::work formed;
+    auto made =
+      col::group::make(config_of(name, backend, 2, 0, store), &formed);
+    REQUIRE(made);
+    auto g = *made;
+    std::this_thread::sleep_for(200ms); // it waits for rank 1 in the store
+    auto start = clock_type::now();
+    g->abort("the test gives up on rank 1");
+    auto err = formed.wait();
+    auto took = clock_type::now() - start;
+    CHECK(col::code_of(err) == col::errc::aborted);
+    CHECK(col::render(err).find(name) != std::string::npos);
+    CHECK(col::render(err).find("aborted while forming") != std::string::npos);
+    CHECK(took < 20s); // the deadline is 60 s; the store looks every 100 ms
+    start = clock_type::now();
+    g.reset(); // tears down on the caller: nothing left to wait for
+    CHECK(clock_type::now() - start < 20s);
+    CHECK_FALSE(segment_left_of(name));
+    // The process stays usable: the same name forms among two real ranks.
+    test::run_group(2, name, [&](int rank, rank_log& log) {
+      expect_usable(log, name, 2, rank);
+    });
+  }
+}
+
+TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
+          "ranks that attached, and leaves no segment") {
+  const std::string name = "abort-attach";
+  auto store = col::make_in_process_store();
+  // World 3: ranks 0 and 1 are real; rank 2 publishes its host but never
+  // attaches, so both wait in the segment for it.
+  pretend_to_join(store, "shm/" + name, 2);
+  col::work formed[2];
+  std::shared_ptr<col::group> groups[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    auto made =
+      col::group::make(config_of(name, "shm", 3, rank, store), &formed[rank]);
+    REQUIRE(made);
+    groups[rank] = *made;
+  }
+  // Wait until both attached: the segment's count says so.
+  auto published =
+    col::make_prefix_store("shm/" + name, store)->get("segment", 30s);
+  REQUIRE(published);
+  auto seg = col::detail::shm::segment::attach(
+    std::string{published->begin(), published->end()});
+  REQUIRE(seg);
+  auto give_up = clock_type::now() + 30s;
+  while (seg->header().attached.load() < 2 && clock_type::now() < give_up)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(seg->header().attached.load() == 2);
+  auto start = clock_type::now();
+  groups[1]->abort("the test gives up on rank 2");
+  auto aborted = formed[1].wait();
+  auto told = formed[0].wait();
+  auto took = clock_type::now() - start;
+  CHECK(col::code_of(aborted) == col::errc::aborted);
+  CHECK(col::render(aborted).find("aborted while forming") !=
+        std::string::npos);
+  // Rank 0 learns from the segment that rank 1 left: no wait for 60 s.
+  CHECK(col::code_of(told) == col::errc::peer_lost);
+  CHECK(col::render(told).find("rank 1 left the group") != std::string::npos);
+  CHECK(took < 20s);
+  groups[0].reset();
+  groups[1].reset();
+  seg = col::detail::shm::segment{};
+  CHECK_FALSE(segment_left_of(name));
+}
+
+TEST_CASE("a store wait that is not aborted still times out at its deadline, "
+          "with the store's own words") {
+  auto store = col::make_in_process_store();
+  col::work formed;
+  auto cfg = config_of("late-rank", "shm", 2, 0, store);
+  cfg.timeout = 700ms; // several of the store's 100 ms looks
+  auto start = clock_type::now();
+  auto made = col::group::make(cfg, &formed);
+  REQUIRE(made);
+  auto err = formed.wait();
+  auto took = clock_type::now() - start;
+  CHECK(col::code_of(err) == col::errc::timeout);
+  auto text = col::render(err);
+  CHECK(text.find("rank 1 did not join within 700 ms") != std::string::npos);
+  CHECK(text.find("did not appear within") != std::string::npos);
+  CHECK(text.find("in-process store") != std::string::npos);
+  CHECK(took >= 600ms);
+}
