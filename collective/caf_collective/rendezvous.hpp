@@ -22,6 +22,14 @@ class rendezvous_store {
   virtual caf::error set(const std::string& key,
                          const std::vector<char>& value) = 0;
 
+  /// set(), giving up after `timeout` where the store may wait: a TCP store
+  /// whose server is not up yet retries until then (at most its
+  /// connect_timeout) and fails with errc::timeout. The default is set()
+  /// for stores that never wait.
+  virtual caf::error set_within(const std::string& key,
+                                const std::vector<char>& value,
+                                std::chrono::milliseconds timeout);
+
   /// Waits until `key` exists and returns its value; fails with
   /// errc::timeout naming the key after `timeout`.
   virtual caf::expected<std::vector<char>>

@@ -6,6 +6,11 @@
 #include <filesystem>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_segment.hpp"
 #include "test_support.hpp"
@@ -41,6 +46,40 @@ bool segment_left_of(const std::string& group) {
     if (entry.path().filename().string().find("caf_collective_" + group) == 0)
       return true;
   return false;
+}
+
+// A loopback port bound but not listening, for as long as it lives: a
+// connect there is refused, and no other socket of the machine can take the
+// port meanwhile (as a free port could be taken by a Gloo pair).
+class refusing_port {
+ public:
+  refusing_port() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+
+  ~refusing_port() { ::close(fd_); }
+
+  uint16_t port() const noexcept { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+col::rendezvous_store_ptr store_nobody_serves(const refusing_port& where) {
+  col::tcp_store_options opts;
+  opts.port = where.port();
+  opts.secret = "s3cret";
+  opts.run_id = "formation-abort";
+  opts.connect_timeout = 30s; // the default, named: what a set may wait alone
+  return col::make_tcp_store(opts);
 }
 
 // Publishes rank `rank`'s host identity for shm and auto as a member on
@@ -146,4 +185,39 @@ TEST_CASE("a store wait that is not aborted still times out at its deadline, "
   CHECK(text.find("did not appear within") != std::string::npos);
   CHECK(text.find("in-process store") != std::string::npos);
   CHECK(took >= 600ms);
+}
+
+TEST_CASE("a TCP store nobody serves fails formation at the group's deadline, "
+          "not the store's connect timeout, and abort ends it sooner") {
+  refusing_port nobody;
+  SUBCASE("deadline") {
+    auto cfg =
+      config_of("no-server", "gloo", 2, 0, store_nobody_serves(nobody));
+    cfg.timeout = 1s;
+    col::work formed;
+    auto start = clock_type::now();
+    REQUIRE(col::group::make(cfg, &formed));
+    auto err = formed.wait();
+    auto took = clock_type::now() - start;
+    CHECK(col::code_of(err) == col::errc::timeout);
+    auto text = col::render(err);
+    CHECK(text.find("within 1000 ms") != std::string::npos);
+    CHECK(text.find("no rendezvous store answered at tcp://127.0.0.1:" +
+                    std::to_string(nobody.port())) != std::string::npos);
+    CHECK(took < 15s); // the store alone would retry for 30 s
+  }
+  SUBCASE("abort") {
+    col::work formed;
+    auto made = col::group::make(
+      config_of("no-server", "gloo", 2, 0, store_nobody_serves(nobody)),
+      &formed);
+    REQUIRE(made);
+    std::this_thread::sleep_for(300ms); // it retries the first set
+    auto start = clock_type::now();
+    (*made)->abort("the test gives up on the store");
+    auto err = formed.wait();
+    CHECK(col::code_of(err) == col::errc::aborted);
+    CHECK(col::render(err).find("aborted while forming") != std::string::npos);
+    CHECK(clock_type::now() - start < 15s);
+  }
 }

@@ -16,7 +16,8 @@ namespace caf_collective::detail {
 /// build without it. Once `*cancel` (may be null) becomes true, formation
 /// fails with aborted within about 100 ms: every store wait looks at it
 /// (cancelable_store.hpp), and so do shm's and NCCL's own waits. Gloo's TCP
-/// connect to a peer that died after publishing its address does not.
+/// connect to a peer that died after publishing its address does not. Store
+/// sets that must wait (an unreachable TCP store) end at cfg.timeout.
 caf::expected<backend_ptr>
 make_backend(const group_config& cfg,
              const std::atomic<bool>* cancel = nullptr);

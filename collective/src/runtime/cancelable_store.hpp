@@ -18,10 +18,14 @@ inline constexpr std::chrono::milliseconds cancel_poll{100};
 /// `base`, whose get() waits in slices of cancel_poll and fails with
 /// errc::aborted naming the key and `why` once `*cancel` is true; get() and
 /// set() refuse at once after that. A timeout still comes at the caller's
-/// deadline and carries the last answer of `base`. `cancel` must outlive the
-/// view (a group's flag: its backends drop the store with the group).
-rendezvous_store_ptr make_cancelable_store(rendezvous_store_ptr base,
-                                           const std::atomic<bool>* cancel,
-                                           std::string why);
+/// deadline and carries the last answer of `base`. A set() that must wait
+/// (a TCP store's server not up yet) retries in slices too, for at most
+/// `set_budget` from the view's creation (the formation's timeout).
+/// `cancel` must outlive the view (a group's flag: its backends drop the
+/// store with the group).
+rendezvous_store_ptr
+make_cancelable_store(rendezvous_store_ptr base,
+                      const std::atomic<bool>* cancel, std::string why,
+                      std::chrono::milliseconds set_budget);
 
 } // namespace caf_collective::detail

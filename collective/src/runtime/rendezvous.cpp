@@ -18,6 +18,12 @@ rendezvous_store::~rendezvous_store() {
   // nop
 }
 
+caf::error rendezvous_store::set_within(const std::string& key,
+                                        const std::vector<char>& value,
+                                        std::chrono::milliseconds) {
+  return set(key, value);
+}
+
 namespace {
 
 caf::error key_timeout(const std::string& key,
@@ -138,6 +144,11 @@ class prefix_store : public rendezvous_store {
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
     return base_->set(prefix_ + key, value);
+  }
+
+  caf::error set_within(const std::string& key, const std::vector<char>& value,
+                        std::chrono::milliseconds timeout) override {
+    return base_->set_within(prefix_ + key, value, timeout);
   }
 
   caf::expected<std::vector<char>>

@@ -4,6 +4,7 @@
 // store object never wait for each other's blocking gets.
 #include "caf_collective/rendezvous.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -48,13 +49,19 @@ class tcp_store_client : public rendezvous_store {
 
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
+    return set_within(key, value, opts_.connect_timeout);
+  }
+
+  caf::error set_within(const std::string& key, const std::vector<char>& value,
+                        milliseconds timeout) override {
     if (value.size() > wire::max_value_size || key.size() > wire::max_key_size)
       return make_error(errc::invalid_argument,
                         "TCP store: key '" + key + "' or its value (" +
                           std::to_string(value.size()) +
                           " bytes) exceeds the store's limits");
-    auto deadline = wire::clock::now() + opts_.connect_timeout;
-    auto fd = lease(deadline, opts_.connect_timeout);
+    auto limit = std::clamp(timeout, milliseconds{0}, opts_.connect_timeout);
+    auto deadline = wire::clock::now() + limit;
+    auto fd = lease(deadline, limit);
     if (!fd) return fd.error();
     std::vector<char> frame;
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::set));
