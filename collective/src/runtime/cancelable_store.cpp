@@ -5,6 +5,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective::detail {
 
@@ -12,11 +13,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-milliseconds left_until(clock::time_point deadline) {
-  return std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
-                                     deadline - clock::now()));
-}
 
 class cancelable_store : public rendezvous_store {
  public:
@@ -42,7 +38,7 @@ class cancelable_store : public rendezvous_store {
     auto deadline = clock::now() + timeout;
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);
-      auto left = left_until(deadline);
+      auto left = time_left(deadline);
       auto slice = std::min(left, cancel_poll);
       auto value = base_->get(key, slice);
       if (value || code_of(value.error()) != errc::timeout) return value;
@@ -65,7 +61,7 @@ class cancelable_store : public rendezvous_store {
                        clock::time_point deadline, milliseconds budget) {
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);
-      auto left = left_until(deadline);
+      auto left = time_left(deadline);
       auto slice = std::min(left, cancel_poll);
       auto err = base_->set_within(key, value, slice);
       if (!err || code_of(err) != errc::timeout) return err;

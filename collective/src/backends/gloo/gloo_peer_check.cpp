@@ -17,6 +17,7 @@
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective::detail {
 
@@ -24,11 +25,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-milliseconds time_left(clock::time_point deadline) {
-  return std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
-                                     deadline - clock::now()));
-}
 
 std::string numeric_name(const sockaddr* sa, socklen_t len) {
   char host[NI_MAXHOST];

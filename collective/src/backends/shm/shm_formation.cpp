@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backends/shm/shm_backend.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -34,12 +35,6 @@ std::vector<char> bytes_of(const std::string& text) {
 
 std::string text_of(const std::vector<char>& bytes) {
   return {bytes.begin(), bytes.end()};
-}
-
-std::chrono::milliseconds left(clock::time_point deadline) {
-  return std::max(std::chrono::milliseconds{0},
-                  std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - clock::now()));
 }
 
 caf::error formation_error(const group_config& cfg, errc code,
@@ -101,7 +96,7 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
   std::vector<int> elsewhere;
   std::string other_host;
   for (int r = 0; r < cfg.world_size; ++r) {
-    auto host = store->get("host/" + std::to_string(r), left(deadline));
+    auto host = store->get("host/" + std::to_string(r), time_left(deadline));
     if (!host && code_of(host.error()) == errc::aborted)
       return formation_error(cfg, errc::aborted, detail_of(host.error()));
     if (!host)
@@ -131,7 +126,7 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
   if (cfg.rank == 0) {
     name = fresh_segment_name(cfg.name);
   } else {
-    auto published = store->get("segment", left(deadline));
+    auto published = store->get("segment", time_left(deadline));
     if (!published && code_of(published.error()) == errc::aborted)
       return formation_error(cfg, errc::aborted, detail_of(published.error()));
     if (!published)
