@@ -161,6 +161,10 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
   // Rank 0 learns from the segment that rank 1 left: no wait for 60 s.
   CHECK(col::code_of(told) == col::errc::peer_lost);
   CHECK(col::render(told).find("rank 1 left the group") != std::string::npos);
+  // Group and rank named once, before what failed.
+  CHECK(col::render(told).find("abort-attach' rank 0/3: forming the shm group "
+                               "failed: rank 1 left the group") !=
+        std::string::npos);
   CHECK(took < 20s);
   groups[0].reset();
   groups[1].reset();

@@ -37,13 +37,27 @@ std::string text_of(const std::vector<char>& bytes) {
   return {bytes.begin(), bytes.end()};
 }
 
-caf::error formation_error(const group_config& cfg, errc code,
-                           std::string detail) {
+error_context where_of(const group_config& cfg) {
   error_context where;
   where.group = cfg.name;
   where.rank = cfg.rank;
   where.world_size = cfg.world_size;
-  return make_error(code, where, "forming the shm group failed: " + detail);
+  return where;
+}
+
+caf::error formation_error(const group_config& cfg, errc code,
+                           std::string detail) {
+  return make_error(code, where_of(cfg),
+                    "forming the shm group failed: " + detail);
+}
+
+// The backend's own errors name group and rank already, as formation_error
+// does: keep their code and words, name them once.
+caf::error formation_error(const group_config& cfg, const caf::error& err) {
+  auto text = detail_of(err);
+  auto named = detail_of(make_error(code_of(err), where_of(cfg), ""));
+  if (text.starts_with(named)) text.erase(0, named.size());
+  return formation_error(cfg, code_of(err), std::move(text));
 }
 
 } // namespace
@@ -149,7 +163,7 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
     if (auto err = store->set("segment", bytes_of(name))) return err;
   auto result = std::make_unique<shm_backend>(cfg, std::move(*seg));
   if (auto err = result->finish_formation(name, deadline, cancel))
-    return formation_error(cfg, code_of(err), detail_of(err));
+    return formation_error(cfg, err);
   return backend_ptr{std::move(result)};
 }
 
