@@ -7,9 +7,11 @@
 // such op with a clear error instead of a hang.
 #include <array>
 #include <atomic>
+#include <future>
 #include <latch>
 #include <thread>
 
+#include "backends/shm/shm_backend.hpp"
 #include "test_support.hpp"
 
 namespace col = caf_collective;
@@ -457,4 +459,53 @@ TEST_CASE("shm starts: a rank that aborts while a peer's arrival finishes "
                               {name, "rank 0 left the group"});
     });
   }
+}
+
+TEST_CASE("shm starts: an abort that lands after can_start and before the "
+          "op is published still ends that op, as aborted") {
+  // The abort's own sweep (fail_all) cannot see an op that is not yet
+  // published: arrive() must notice the abort itself. The hook puts the
+  // abort exactly there; rank 1 takes no part, so nobody else could end
+  // rank 0's op before its 30 s deadline.
+  namespace shm = col::detail::shm;
+  auto store = col::make_in_process_store();
+  std::array<std::unique_ptr<col::backend>, 2> backends;
+  std::array<std::thread, 2> forming;
+  for (int rank = 0; rank < 2; ++rank)
+    forming[size_t(rank)] = std::thread{[&, rank] {
+      col::group_config cfg;
+      cfg.name = "starts-window";
+      cfg.world_size = 2;
+      cfg.rank = rank;
+      cfg.backend = "shm";
+      cfg.store = store;
+      cfg.timeout = 30s;
+      if (auto be = shm::make_shm_backend(cfg))
+        backends[size_t(rank)] = std::move(*be);
+    }};
+  for (auto& t : forming)
+    t.join();
+  REQUIRE(backends[0]);
+  REQUIRE(backends[1]);
+  shm::arrival_test_hook = [](shm::shm_backend& be) {
+    be.abort("aborted inside the window");
+  };
+  std::vector<float> x(8, 1.0f);
+  // Shared: a late completion (the bug this test catches) must not touch a
+  // promise that is gone.
+  auto outcome = std::make_shared<std::promise<caf::error>>();
+  col::op_completion done = [outcome](caf::error err) {
+    outcome->set_value(std::move(err));
+  };
+  col::op_call call{1, 30s};
+  auto started = backends[0]->start_allreduce(call, col::view_of(x),
+                                              col::view_of(x), {}, done);
+  shm::arrival_test_hook = nullptr;
+  REQUIRE(started);
+  auto result = outcome->get_future();
+  REQUIRE(result.wait_for(5s) == std::future_status::ready);
+  auto err = result.get();
+  CHECK(col::code_of(err) == col::errc::aborted);
+  CHECK(col::render(err).find("aborted inside the window") !=
+        std::string::npos);
 }

@@ -80,6 +80,13 @@ struct need {
   size_t dst_offset; // in this rank's output
 };
 
+class shm_backend;
+
+/// Tests only (null otherwise): called when an op started without blocking
+/// passed can_start and before it is published, the window in which an
+/// abort from another thread cannot see the op (test_shm_starts.cpp).
+inline void (*arrival_test_hook)(shm_backend&) = nullptr;
+
 class shm_backend : public backend {
  public:
   shm_backend(const group_config& cfg, segment seg);

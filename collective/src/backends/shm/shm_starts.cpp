@@ -20,6 +20,8 @@ bool shm_backend::can_start(size_t bytes,
 bool shm_backend::arrive(const op_call& call, op_notice notice,
                          std::span<const std::byte> payload,
                          op_completion& done) {
+  if (arrival_test_hook != nullptr) [[unlikely]]
+    arrival_test_hook(*this);
   auto target = epoch_ + 1;
   auto parity = static_cast<int>(target % 2);
   auto& mine = seg_.control(rank_);
