@@ -13,6 +13,7 @@
 
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_segment.hpp"
+#include "runtime/cancelable_store.hpp"
 #include "test_support.hpp"
 
 namespace col = caf_collective;
@@ -111,7 +112,8 @@ TEST_CASE("a group aborted while it waits for a missing rank stops at once, "
     auto took = clock_type::now() - start;
     CHECK(col::code_of(err) == col::errc::aborted);
     CHECK(col::render(err).find(name) != std::string::npos);
-    CHECK(col::render(err).find("aborted while forming") != std::string::npos);
+    CHECK(col::render(err).find("stopped waiting for rendezvous key") !=
+          std::string::npos);
     CHECK(took < 20s); // the deadline is 60 s; the store looks every 100 ms
     start = clock_type::now();
     g.reset(); // tears down on the caller: nothing left to wait for
@@ -221,7 +223,90 @@ TEST_CASE("a TCP store nobody serves fails formation at the group's deadline, "
     (*made)->abort("the test gives up on the store");
     auto err = formed.wait();
     CHECK(col::code_of(err) == col::errc::aborted);
-    CHECK(col::render(err).find("aborted while forming") != std::string::npos);
+    CHECK(col::render(err).find("stopped waiting for rendezvous key") !=
+          std::string::npos);
     CHECK(clock_type::now() - start < 15s);
+  }
+}
+
+namespace {
+
+// A store whose first `refusals` sets fail as an unreachable TCP store's do
+// (timeout, after trying for up to 10 ms), then work; it counts the sets.
+class flaky_set_store : public col::rendezvous_store {
+ public:
+  explicit flaky_set_store(int refusals) : refusals_(refusals) {
+    // nop
+  }
+
+  caf::error set(const std::string& key,
+                 const std::vector<char>& value) override {
+    return set_within(key, value, 30s);
+  }
+
+  caf::error set_within(const std::string& key, const std::vector<char>& value,
+                        col::milliseconds timeout) override {
+    if (++attempts <= refusals_) {
+      std::this_thread::sleep_for(std::min<col::milliseconds>(timeout, 10ms));
+      return col::make_error(col::errc::timeout, "no server yet");
+    }
+    return inner_->set(key, value);
+  }
+
+  caf::expected<std::vector<char>> get(const std::string& key,
+                                       col::milliseconds timeout) override {
+    return inner_->get(key, timeout);
+  }
+
+  std::atomic<int> attempts = 0;
+
+ private:
+  int refusals_;
+  col::rendezvous_store_ptr inner_ = col::make_in_process_store();
+};
+
+} // namespace
+
+TEST_CASE("the cancelable store retries a set that must wait, for the whole "
+          "budget of each set, and stops it on abort") {
+  std::atomic<bool> cancel{false};
+  SUBCASE("a set long after the view was made still gets its budget") {
+    // Backends keep the store and set keys after formation (NCCL's pair
+    // communicators): the budget counts from each set, not from the view.
+    auto flaky = std::make_shared<flaky_set_store>(2);
+    auto view =
+      col::detail::make_cancelable_store(flaky, &cancel, "test", 200ms);
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(view->set("k", {'v'}));
+    CHECK(flaky->attempts == 3);
+    auto got = flaky->get("k", 0ms);
+    REQUIRE(got);
+    CHECK(*got == std::vector<char>{'v'});
+  }
+  SUBCASE("a set that never gets through fails at its budget") {
+    auto flaky = std::make_shared<flaky_set_store>(1000000);
+    auto view =
+      col::detail::make_cancelable_store(flaky, &cancel, "test", 300ms);
+    auto start = clock_type::now();
+    auto err = view->set("k", {'v'});
+    CHECK(col::code_of(err) == col::errc::timeout);
+    CHECK(col::render(err).find("could not set rendezvous key 'k' within 300 "
+                                "ms (the store's last answer: no server "
+                                "yet)") != std::string::npos);
+    CHECK(clock_type::now() - start >= 250ms);
+    CHECK(flaky->attempts > 2); // retried, in slices
+  }
+  SUBCASE("abort stops the retries") {
+    auto flaky = std::make_shared<flaky_set_store>(1000000);
+    auto view = col::detail::make_cancelable_store(
+      flaky, &cancel, "group 'g' was aborted", 60000ms);
+    std::thread aborter{[&] {
+      std::this_thread::sleep_for(200ms);
+      cancel = true;
+    }};
+    auto err = view->set("k", {'v'});
+    aborter.join();
+    CHECK(col::code_of(err) == col::errc::aborted);
+    CHECK(col::render(err).find("group 'g' was aborted") != std::string::npos);
   }
 }

@@ -60,8 +60,7 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
   auto cfg = given;
   if (cancel != nullptr && cfg.store)
     cfg.store = make_cancelable_store(
-      cfg.store, cancel, "group '" + cfg.name + "' was aborted while forming",
-      cfg.timeout);
+      cfg.store, cancel, "group '" + cfg.name + "' was aborted", cfg.timeout);
   if (cfg.backend == "gloo") return make_gloo_backend(cfg);
   if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
   if (cfg.backend == "auto") return make_auto_backend(cfg, cancel);

@@ -19,13 +19,15 @@ class cancelable_store : public rendezvous_store {
   cancelable_store(rendezvous_store_ptr base, const std::atomic<bool>* cancel,
                    std::string why, milliseconds set_budget)
     : base_(std::move(base)), cancel_(cancel), why_(std::move(why)),
-      set_budget_(set_budget), set_deadline_(clock::now() + set_budget) {
+      set_budget_(set_budget) {
     // nop
   }
 
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
-    return set_until(key, value, set_deadline_, set_budget_);
+    // Per set, not from the view's creation: backends keep the store and
+    // set keys long after formation (NCCL's communicators per pair).
+    return set_until(key, value, clock::now() + set_budget_, set_budget_);
   }
 
   caf::error set_within(const std::string& key, const std::vector<char>& value,
@@ -38,11 +40,11 @@ class cancelable_store : public rendezvous_store {
     auto deadline = clock::now() + timeout;
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);
-      auto left = time_left(deadline);
-      auto slice = std::min(left, cancel_poll);
+      auto slice = std::min(time_left(deadline), cancel_poll);
       auto value = base_->get(key, slice);
       if (value || code_of(value.error()) != errc::timeout) return value;
-      if (slice < left) continue;
+      if (time_left(deadline) > milliseconds{0})
+        continue; // time left: look again
       if (cancelled()) return stopped(key);
       if (first) return value; // one slice: the store's own words
       return make_error(
@@ -61,11 +63,11 @@ class cancelable_store : public rendezvous_store {
                        clock::time_point deadline, milliseconds budget) {
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);
-      auto left = time_left(deadline);
-      auto slice = std::min(left, cancel_poll);
+      auto slice = std::min(time_left(deadline), cancel_poll);
       auto err = base_->set_within(key, value, slice);
       if (!err || code_of(err) != errc::timeout) return err;
-      if (slice < left) continue;
+      if (time_left(deadline) > milliseconds{0})
+        continue; // time left: look again
       if (cancelled()) return stopped(key);
       if (first) return err; // one slice: the store's own words
       return make_error(errc::timeout,
@@ -89,7 +91,6 @@ class cancelable_store : public rendezvous_store {
   const std::atomic<bool>* cancel_;
   std::string why_;
   milliseconds set_budget_;
-  clock::time_point set_deadline_;
 };
 
 } // namespace

@@ -20,7 +20,7 @@ inline constexpr std::chrono::milliseconds cancel_poll{100};
 /// set() refuse at once after that. A timeout still comes at the caller's
 /// deadline and carries the last answer of `base`. A set() that must wait
 /// (a TCP store's server not up yet) retries in slices too, for at most
-/// `set_budget` from the view's creation (the formation's timeout).
+/// `set_budget` per set (the group's timeout).
 /// `cancel` must outlive the view (a group's flag: its backends drop the
 /// store with the group).
 rendezvous_store_ptr
