@@ -6,15 +6,11 @@
 #include <filesystem>
 #include <thread>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_segment.hpp"
 #include "runtime/cancelable_store.hpp"
 #include "test_support.hpp"
+#include "unused_port.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -48,31 +44,6 @@ bool segment_left_of(const std::string& group) {
       return true;
   return false;
 }
-
-// A loopback port bound but not listening, for as long as it lives: a
-// connect there is refused, and no other socket of the machine can take the
-// port meanwhile (as a free port could be taken by a Gloo pair).
-class refusing_port {
- public:
-  refusing_port() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-  }
-
-  ~refusing_port() { ::close(fd_); }
-
-  uint16_t port() const noexcept { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
 
 col::rendezvous_store_ptr store_nobody_serves(const refusing_port& where) {
   col::tcp_store_options opts;

@@ -228,7 +228,8 @@ TEST_CASE("a get times out naming the key and the run") {
 }
 
 TEST_CASE("a client fails with timeout when the server never comes up") {
-  auto port = unused_port();
+  refusing_port nobody; // held: no other process can answer there
+  auto port = nobody.port();
   auto store = client_of(port, "run1");
   auto got = store->get("k", 1s);
   REQUIRE_FALSE(got);
