@@ -76,9 +76,6 @@ struct member_group {
   membership m;
   uint64_t gen = 0;
   group_ptr grp;
-  // The group's store, also kept here to close it if the member
-  // terminates while the group forms (let_go).
-  std::shared_ptr<member_store> store;
   std::string state = "registered";
   caf::error reason;
   // By key: the driver's sequence number for driver-run groups, the
@@ -95,10 +92,9 @@ struct member_group {
 // on the group's own lane; a group with ops in flight is aborted first.
 void let_go(const std::string& name, member_group& g) {
   if (!g.grp) return;
-  // A group still forming is aborted too, and its store closed: its
-  // formation would otherwise wait for its peers up to its timeout, and the
-  // actor system's shutdown with it (member_store.hpp).
-  if (g.state == "forming" && g.store) g.store->close();
+  // A group still forming is aborted too: its formation would otherwise
+  // wait for its peers up to its timeout, and the actor system's shutdown
+  // with it (member_store.hpp). The abort ends its store waits.
   if (!g.ops.empty() || g.state == "forming")
     g.grp->abort("member of group '" + name + "' terminated");
   group::release_on_lane(std::move(g.grp));
@@ -388,8 +384,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       cfg.rank = g.m.rank;
       cfg.backend = g.m.backend;
       cfg.timeout = milliseconds{timeout_ms};
-      g.store = make_member_store(self->system(), store, prefix);
-      cfg.store = g.store;
+      cfg.store = make_member_store(self->system(), store, prefix);
       if (st->settings) cfg.hostname = st->settings->hostname;
       cfg.cuda_device = g.m.cuda_device;
       work formed;

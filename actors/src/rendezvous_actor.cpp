@@ -1,7 +1,5 @@
 #include "caf_collective/rendezvous_actor.hpp"
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <map>
 
@@ -67,13 +65,7 @@ caf::behavior store_impl(caf::stateful_actor<store_state>* self) {
   };
 }
 
-// A store's answer to one get, or why there was none.
-struct get_outcome {
-  caf::expected<std::vector<char>> value;
-  bool key_missing = false; // the store's own timeout: the key never came
-};
-
-class actor_store : public member_store {
+class actor_store : public rendezvous_store {
  public:
   actor_store(caf::actor_system& sys, store_actor store, std::string prefix,
               bool holds_system)
@@ -94,7 +86,6 @@ class actor_store : public member_store {
 
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
-    if (closed_.load()) return closed_error(key);
     caf::error result;
     caf::scoped_actor self{sys_};
     self
@@ -108,33 +99,20 @@ class actor_store : public member_store {
 
   caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) override {
-    if (!holds_system_) return get_once(key, timeout).value;
-    // A member's store waits in slices, so that close() ends a wait within
-    // one of them.
-    using clock = std::chrono::steady_clock;
-    auto deadline = clock::now() + timeout;
-    for (;;) {
-      if (closed_.load()) return closed_error(key);
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock::now());
-      auto outcome =
-        get_once(key, std::clamp(left, std::chrono::milliseconds{0},
-                                 close_poll_interval));
-      if (!outcome.key_missing) return std::move(outcome.value);
-      if (clock::now() >= deadline)
-        return make_error(errc::timeout, "rendezvous key '" + prefix_ + "/" +
-                                           key + "' not set within " +
-                                           std::to_string(timeout.count()) +
-                                           " ms");
-    }
+    caf::expected<std::vector<char>> result{std::vector<char>{}};
+    caf::scoped_actor self{sys_};
+    // The store answers with its own timeout error; ours is only a backstop
+    // for a store that died.
+    self
+      ->request(store_, timeout + std::chrono::seconds{1}, caf::get_atom::value,
+                prefix_ + "/" + key, static_cast<int64_t>(timeout.count()))
+      .receive(
+        [&](std::vector<char>& value) { result = std::move(value); },
+        [&](caf::error& err) { result = unreachable_or(std::move(err)); });
+    return result;
   }
 
-  void close() noexcept override { closed_.store(true); }
-
  private:
-  // How long a closed store may keep a get waiting.
-  static constexpr std::chrono::milliseconds close_poll_interval{100};
-
   // The store actor's own errors as they are; CAF's for a store that did
   // not answer (died, or a request that timed out) as a timeout naming it.
   static caf::error unreachable_or(caf::error err) {
@@ -145,35 +123,10 @@ class actor_store : public member_store {
     return err;
   }
 
-  caf::error closed_error(const std::string& key) const {
-    return make_error(errc::aborted, "rendezvous key '" + prefix_ + "/" + key +
-                                       "': the store was closed (the member "
-                                       "of this group terminated)");
-  }
-
-  get_outcome get_once(const std::string& key,
-                       std::chrono::milliseconds timeout) {
-    get_outcome result{std::vector<char>{}};
-    caf::scoped_actor self{sys_};
-    // The store answers with its own timeout error; ours is only a backstop
-    // for a store that died.
-    self
-      ->request(store_, timeout + std::chrono::seconds{1}, caf::get_atom::value,
-                prefix_ + "/" + key, static_cast<int64_t>(timeout.count()))
-      .receive(
-        [&](std::vector<char>& value) { result.value = std::move(value); },
-        [&](caf::error& err) {
-          result.key_missing = code_of(err) == errc::timeout;
-          result.value = unreachable_or(std::move(err));
-        });
-    return result;
-  }
-
   caf::actor_system& sys_;
   store_api store_;
   std::string prefix_;
   bool holds_system_;
-  std::atomic<bool> closed_{false};
 };
 
 } // namespace
@@ -188,9 +141,8 @@ rendezvous_store_ptr make_actor_store(caf::actor_system& sys, store_actor store,
                                        false);
 }
 
-std::shared_ptr<member_store> make_member_store(caf::actor_system& sys,
-                                                store_actor store,
-                                                std::string prefix) {
+rendezvous_store_ptr make_member_store(caf::actor_system& sys,
+                                       store_actor store, std::string prefix) {
   return std::make_shared<actor_store>(sys, std::move(store), std::move(prefix),
                                        true);
 }

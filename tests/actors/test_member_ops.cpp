@@ -18,6 +18,7 @@
 #include <caf_collective/client.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
+#include <caf_collective/group.hpp>
 #include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
 #include <caf_collective/member_ops.hpp>
@@ -749,8 +750,8 @@ TEST_CASE("an actor system that shuts down while its members' groups still "
       std::this_thread::sleep_for(std::chrono::milliseconds{round % 20});
       start = std::chrono::steady_clock::now();
     }
-    // A group still forming is aborted and its store closed (within 100
-    // ms), but Gloo's own connect to a peer that left cannot be
+    // A group still forming is aborted, which ends its store waits within
+    // 100 ms, but Gloo's own connect to a peer that left cannot be
     // interrupted: the wait is bounded by the formation timeout (2 s).
     auto took = std::chrono::steady_clock::now() - start;
     CHECK(took < 6s);
@@ -758,13 +759,14 @@ TEST_CASE("an actor system that shuts down while its members' groups still "
 }
 
 TEST_CASE("a member's rendezvous store holds the actor system up until it is "
-          "released, and closing it ends a wait within a poll") {
+          "released, and aborting a group forming over it ends the wait "
+          "within a poll") {
   // A member's group keeps its store until the group is destroyed on its
   // lane, after the member terminated, and its store actor may be gone by
   // then (the driver's, which ends with the driver): the system's
   // destructor must still wait, or the store's next call would use a
   // destroyed system (a crash in caf::actor_system::clock()).
-  std::shared_ptr<col::member_store> store;
+  col::rendezvous_store_ptr store;
   std::atomic<bool> released{false};
   caf::error set_result;
   std::thread user;
@@ -787,22 +789,29 @@ TEST_CASE("a member's rendezvous store holds the actor system up until it is "
   // The store actor is gone: the call fails cleanly, naming why.
   CHECK(col::code_of(set_result) == col::errc::timeout);
   CHECK(contains(col::render(set_result), "unreachable"));
-  // close() ends a get that would wait for 30 s, and every later call.
+  // A member aborts a group still forming when it terminates (let_go):
+  // the group's waits on the store end within a poll, not at the group's
+  // 30 s formation deadline (rank 1 never comes).
   caf::actor_system_config cfg;
   caf::actor_system sys{prepare(cfg, 0)};
-  auto closable =
-    col::make_member_store(sys, col::spawn_store_actor(sys), "closed");
-  caf::expected<std::vector<char>> waited{std::vector<char>{}};
-  auto start = std::chrono::steady_clock::now();
-  std::thread waiter([&] { waited = closable->get("never", 30s); });
+  col::group_config gc;
+  gc.name = "forming";
+  gc.backend = "gloo";
+  gc.world_size = 2;
+  gc.rank = 0;
+  gc.timeout = 30s;
+  gc.store = col::make_member_store(sys, col::spawn_store_actor(sys), "held");
+  col::work formed;
+  auto made = col::group::make(gc, &formed);
+  REQUIRE(made);
   std::this_thread::sleep_for(200ms);
-  closable->close();
-  waiter.join();
+  auto start = std::chrono::steady_clock::now();
+  (*made)->abort("member of group 'forming' terminated");
+  auto err = formed.wait();
   CHECK(std::chrono::steady_clock::now() - start < 5s);
-  REQUIRE(!waited);
-  CHECK(col::code_of(waited.error()) == col::errc::aborted);
-  CHECK(contains(col::render(waited.error()), "closed/never"));
-  auto after = closable->set("k", {'y'});
-  CHECK(col::code_of(after) == col::errc::aborted);
-  closable.reset(); // before the system: it holds the system up
+  CHECK(col::code_of(err) == col::errc::aborted);
+  CHECK(contains(col::render(err), "stopped waiting for rendezvous key"));
+  // Both hold the system up: released before it.
+  made->reset();
+  gc.store.reset();
 }
