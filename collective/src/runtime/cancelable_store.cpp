@@ -27,52 +27,53 @@ class cancelable_store : public rendezvous_store {
                  const std::vector<char>& value) override {
     // Per set, not from the view's creation: backends keep the store and
     // set keys long after formation (NCCL's communicators per pair).
-    return set_until(key, value, clock::now() + set_budget_, set_budget_);
+    return set_within(key, value, set_budget_);
   }
 
+  // A set waits only where the store cannot be reached yet (a TCP store's
+  // server not up): it retries in slices, like a get.
   caf::error set_within(const std::string& key, const std::vector<char>& value,
                         milliseconds timeout) override {
-    return set_until(key, value, clock::now() + timeout, timeout);
+    return in_slices(
+      key, timeout, "could not set rendezvous key '" + key + "'",
+      [&](milliseconds slice) { return base_->set_within(key, value, slice); });
   }
 
   caf::expected<std::vector<char>> get(const std::string& key,
                                        milliseconds timeout) override {
-    auto deadline = clock::now() + timeout;
-    for (bool first = true;; first = false) {
-      if (cancelled()) return stopped(key);
-      auto slice = std::min(time_left(deadline), cancel_poll);
-      auto value = base_->get(key, slice);
-      if (value || code_of(value.error()) != errc::timeout) return value;
-      if (time_left(deadline) > milliseconds{0})
-        continue; // time left: look again
-      if (cancelled()) return stopped(key);
-      if (first) return value; // one slice: the store's own words
-      return make_error(
-        errc::timeout,
-        "rendezvous key '" + key + "' did not appear within " +
-          std::to_string(timeout.count()) +
-          " ms (the store's last answer: " + detail_of(value.error()) + ")");
-    }
+    return in_slices(
+      key, timeout, "rendezvous key '" + key + "' did not appear",
+      [&](milliseconds slice) { return base_->get(key, slice); });
   }
 
  private:
-  // A set waits only where the store cannot be reached yet (a TCP store's
-  // server not up): it retries in slices, like a get. `budget`: the whole
-  // time it may take, as its error names it.
-  caf::error set_until(const std::string& key, const std::vector<char>& value,
-                       clock::time_point deadline, milliseconds budget) {
+  static caf::error error_of(const caf::error& err) { return err; }
+
+  static caf::error error_of(const caf::expected<std::vector<char>>& value) {
+    return value ? caf::error{} : value.error();
+  }
+
+  // Calls `attempt(slice)`, one get or set on the store below of at most
+  // cancel_poll, until it succeeds, fails otherwise than by timeout, the
+  // group is aborted, or `budget` is spent. `what` names the wait in the
+  // final timeout, which carries the store's last answer (or is that answer,
+  // when one attempt took the whole budget).
+  template<class Attempt>
+  auto in_slices(const std::string& key, milliseconds budget,
+                 const std::string& what, Attempt attempt)
+    -> decltype(attempt(budget)) {
+    auto deadline = clock::now() + budget;
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);
-      auto slice = std::min(time_left(deadline), cancel_poll);
-      auto err = base_->set_within(key, value, slice);
-      if (!err || code_of(err) != errc::timeout) return err;
+      auto result = attempt(std::min(time_left(deadline), cancel_poll));
+      auto err = error_of(result);
+      if (!err || code_of(err) != errc::timeout) return result;
       if (time_left(deadline) > milliseconds{0})
         continue; // time left: look again
       if (cancelled()) return stopped(key);
-      if (first) return err; // one slice: the store's own words
+      if (first) return result;
       return make_error(errc::timeout,
-                        "could not set rendezvous key '" + key + "' within " +
-                          std::to_string(budget.count()) +
+                        what + " within " + std::to_string(budget.count()) +
                           " ms (the store's last answer: " + detail_of(err) +
                           ")");
     }
