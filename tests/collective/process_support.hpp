@@ -19,6 +19,17 @@ extern char** environ;
 
 namespace test {
 
+/// Names in /dev/shm that belong to shm groups called `group` (segments are
+/// named after their group): none may outlive a test, killed ranks included.
+inline std::vector<std::string> shm_leftovers(const std::string& group) {
+  std::vector<std::string> result;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
+      result.push_back(entry.path().string());
+  return result;
+}
+
 /// A fresh directory under the system's temporary directory, removed with
 /// everything in it at the end of the scope.
 struct temp_dir {

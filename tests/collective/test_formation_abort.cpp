@@ -3,11 +3,11 @@
 // of at the formation deadline, and a rank that gives up this way tells the
 // shm peers that already attached.
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_segment.hpp"
+#include "process_support.hpp"
 #include "runtime/cancelable_store.hpp"
 #include "test_support.hpp"
 #include "unused_port.hpp"
@@ -35,14 +35,6 @@ col::group_config config_of(const std::string& name, const std::string& backend,
   cfg.store = std::move(store);
   cfg.timeout = formation_deadline;
   return cfg;
-}
-
-bool segment_left_of(const std::string& group) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
-      return true;
-  return false;
 }
 
 col::rendezvous_store_ptr store_nobody_serves(const refusing_port& where) {
@@ -89,7 +81,7 @@ TEST_CASE("a group aborted while it waits for a missing rank stops at once, "
     start = clock_type::now();
     g.reset(); // tears down on the caller: nothing left to wait for
     CHECK(clock_type::now() - start < 20s);
-    CHECK_FALSE(segment_left_of(name));
+    CHECK(test::shm_leftovers(name).empty());
     // The process stays usable: the same name forms among two real ranks.
     test::run_group(2, name, [&](int rank, rank_log& log) {
       expect_usable(log, name, 2, rank);
@@ -142,7 +134,7 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
   groups[0].reset();
   groups[1].reset();
   seg = col::detail::shm::segment{};
-  CHECK_FALSE(segment_left_of(name));
+  CHECK(test::shm_leftovers(name).empty());
 }
 
 TEST_CASE("a store wait that is not aborted still times out at its deadline, "

@@ -3,7 +3,6 @@
 // stopped process, abort from another thread, a rank that never joins,
 // ranks that disagree), host checks, and nothing left in /dev/shm.
 #include <atomic>
-#include <filesystem>
 #include <latch>
 #include <thread>
 
@@ -18,17 +17,6 @@ using test::rank_log;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-/// Names in /dev/shm that belong to groups called `group` (segments are
-/// named after their group): none may outlive a test.
-std::vector<std::string> leftovers(const std::string& group) {
-  std::vector<std::string> result;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
-      result.push_back(entry.path().string());
-  return result;
-}
 
 pid_t spawn(const std::string& mode, int world, int rank,
             const test::temp_dir& dir, const std::string& group,
@@ -60,7 +48,7 @@ void run_fault(const std::string& group, const std::string& expected,
   auto elapsed = clock_type::now() - start;
   kill(sleeper, SIGKILL);
   test::wait_process(sleeper, std::chrono::seconds{10});
-  CHECK(leftovers(group).empty());
+  CHECK(test::shm_leftovers(group).empty());
   // The point of detecting death: far sooner than the 20 s deadline.
   if (fault_signal == SIGKILL) CHECK(elapsed < 10s);
 }
@@ -78,7 +66,7 @@ TEST_CASE("shm: ranks in separate processes run every op, in rounds larger "
       pids.push_back(spawn("ops", world, r, dir, group));
     for (auto pid : pids)
       CHECK(test::wait_process(pid, std::chrono::seconds{120}) == 0);
-    CHECK(leftovers(group).empty());
+    CHECK(test::shm_leftovers(group).empty());
   }
 }
 
@@ -111,7 +99,7 @@ TEST_CASE("shm: a survivor that gave up and left is not blamed: a rank "
   CHECK(test::wait_process(leaver, 30s) == 0);
   kill(witness, SIGCONT);
   CHECK(test::wait_process(witness, 30s) == 0);
-  CHECK(leftovers(group).empty());
+  CHECK(test::shm_leftovers(group).empty());
 }
 
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
@@ -159,7 +147,7 @@ TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
                  });
   });
   test::check_ranks(results);
-  CHECK(leftovers("never").empty());
+  CHECK(test::shm_leftovers("never").empty());
 }
 
 TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "

@@ -4,7 +4,6 @@
 // memory; every dtype and reduce op on both paths, against the reference.
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,14 +55,6 @@ std::vector<pid_t> spawn_ranks(int world, const test::temp_dir& dir,
   return pids;
 }
 
-bool no_segment_left(const std::string& group) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (entry.path().filename().string().find("caf_collective_" + group) == 0)
-      return false;
-  return true;
-}
-
 } // namespace
 
 TEST_CASE("shm: across processes, large messages move by single copy where "
@@ -75,7 +66,7 @@ TEST_CASE("shm: across processes, large messages move by single copy where "
   auto pids = spawn_ranks(3, dir, "paths", "paths", {expected});
   for (auto pid : pids)
     CHECK(test::wait_process(pid, 120s) == 0);
-  CHECK(no_segment_left("paths"));
+  CHECK(test::shm_leftovers("paths").empty());
 }
 
 TEST_CASE("shm: every dtype and reduce op across processes matches the "
@@ -90,7 +81,7 @@ TEST_CASE("shm: every dtype and reduce op across processes matches the "
     unsetenv("CAF_COLLECTIVE_SHM_SINGLE_COPY");
     for (auto pid : pids)
       CHECK(test::wait_process(pid, 120s) == 0);
-    CHECK(no_segment_left(group));
+    CHECK(test::shm_leftovers(group).empty());
   }
 }
 
@@ -111,5 +102,5 @@ TEST_CASE("shm: a process killed while its peers read its memory makes them "
   test::wait_process(victim, 10s);
   for (auto pid : readers)
     CHECK(test::wait_process(pid, 60s) == 0);
-  CHECK(no_segment_left("victim"));
+  CHECK(test::shm_leftovers("victim").empty());
 }
