@@ -3,6 +3,7 @@
 #include "backends/shm/shm_backend.hpp"
 #include "caf_collective/error.hpp"
 #include "runtime/cancelable_store.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective::detail {
 
@@ -22,19 +23,18 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
     return err;
   bool one_host = cfg.world_size <= shm::max_world_size;
   for (int r = 0; r < cfg.world_size; ++r) {
-    auto left = std::chrono::duration_cast<milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-    auto host =
-      store->get("host/" + std::to_string(r), std::max(left, milliseconds{0}));
+    auto host = store->get("host/" + std::to_string(r), time_left(deadline));
     if (!host) {
       error_context where;
       where.group = cfg.name;
       where.rank = cfg.rank;
       where.world_size = cfg.world_size;
-      if (code_of(host.error()) == errc::aborted)
-        return make_error(errc::aborted, where,
-                          "forming the group failed: " +
-                            detail_of(host.error()));
+      // An abort or a store that broke keeps its code and words.
+      if (code_of(host.error()) != errc::timeout)
+        return make_error(
+          is_collective_error(host.error()) ? code_of(host.error())
+                                            : errc::backend_error,
+          where, "forming the group failed: " + detail_of(host.error()));
       return make_error(errc::timeout, where,
                         "forming the group failed: rank " + std::to_string(r) +
                           " did not join within " +
@@ -44,9 +44,7 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
   }
   auto chosen = cfg;
   chosen.backend = one_host ? "shm" : "gloo";
-  chosen.timeout =
-    std::max(milliseconds{1}, std::chrono::duration_cast<milliseconds>(
-                                deadline - std::chrono::steady_clock::now()));
+  chosen.timeout = std::max(milliseconds{1}, time_left(deadline));
   return one_host ? shm::make_shm_backend(chosen, cancel)
                   : make_gloo_backend(chosen);
 }

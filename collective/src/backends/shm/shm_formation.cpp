@@ -51,6 +51,18 @@ caf::error formation_error(const group_config& cfg, errc code,
                     "forming the shm group failed: " + detail);
 }
 
+// A store wait that failed while forming: a timeout says what did not
+// happen in time (`late`) with the store's words; anything else (an abort,
+// a store that broke) keeps its code and words.
+caf::error wait_failed(const group_config& cfg, const caf::error& err,
+                       const std::string& late) {
+  if (code_of(err) == errc::timeout)
+    return formation_error(cfg, errc::timeout, late + " (" + render(err) + ")");
+  return formation_error(
+    cfg, is_collective_error(err) ? code_of(err) : errc::backend_error,
+    detail_of(err));
+}
+
 // The backend's own errors name group and rank already, as formation_error
 // does: keep their code and words, name them once.
 caf::error formation_error(const group_config& cfg, const caf::error& err) {
@@ -111,14 +123,10 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
   std::string other_host;
   for (int r = 0; r < cfg.world_size; ++r) {
     auto host = store->get("host/" + std::to_string(r), time_left(deadline));
-    if (!host && code_of(host.error()) == errc::aborted)
-      return formation_error(cfg, errc::aborted, detail_of(host.error()));
     if (!host)
-      return formation_error(cfg, errc::timeout,
-                             "rank " + std::to_string(r) +
-                               " did not join within " +
-                               std::to_string(cfg.timeout.count()) + " ms (" +
-                               render(host.error()) + ")");
+      return wait_failed(cfg, host.error(),
+                         "rank " + std::to_string(r) + " did not join within " +
+                           std::to_string(cfg.timeout.count()) + " ms");
     if (text_of(*host) != me) {
       elsewhere.push_back(r);
       other_host = text_of(*host);
@@ -141,12 +149,10 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
     name = fresh_segment_name(cfg.name);
   } else {
     auto published = store->get("segment", time_left(deadline));
-    if (!published && code_of(published.error()) == errc::aborted)
-      return formation_error(cfg, errc::aborted, detail_of(published.error()));
     if (!published)
-      return formation_error(cfg, errc::timeout,
-                             "rank 0 did not publish the segment within " +
-                               std::to_string(cfg.timeout.count()) + " ms");
+      return wait_failed(cfg, published.error(),
+                         "rank 0 did not publish the segment within " +
+                           std::to_string(cfg.timeout.count()) + " ms");
     name = text_of(*published);
   }
   auto seg =
