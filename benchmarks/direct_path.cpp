@@ -3,6 +3,8 @@
 #include <string>
 
 #include "caf_collective/api.hpp"
+#include "caf_collective/error.hpp"
+#include "caf_collective/group.hpp"
 
 namespace caf_collective::bench {
 
@@ -12,9 +14,9 @@ class direct_path : public bench_path {
  public:
   direct_path(std::string label, const std::string& backend, int rank,
               int ranks, rendezvous_store_ptr store,
-              allreduce_algorithm algorithm)
+              allreduce_algorithm algorithm, bool persistent)
     : label_(std::move(label)), group_name_("bench-" + label_),
-      algorithm_(algorithm) {
+      algorithm_(algorithm), persistent_(persistent) {
     init_options opts;
     opts.store = std::move(store);
     init_collective_group(ranks, rank, backend, group_name_, opts);
@@ -25,11 +27,13 @@ class direct_path : public bench_path {
   std::string_view name() const override { return label_; }
 
   bool supports(bench_op op, bool in_place) const override {
+    if (persistent_ && op == bench_op::sendrecv) return false;
     return !in_place || op == bench_op::allreduce ||
            op == bench_op::broadcast || op == bench_op::reduce;
   }
 
   void run(const op_args& a) override {
+    if (persistent_) return run_persistent(a);
     std::string_view group_name = group_name_;
     auto counts = counts_of(a.op, a.total, a.ranks);
     tensor_view in{a.in, a.type, counts.in};
@@ -86,9 +90,79 @@ class direct_path : public bench_path {
   }
 
  private:
+  // Prepares the op once per buffers and arguments (a new size or the
+  // check's own buffers prepare it again) and runs it.
+  void run_persistent(const op_args& a) {
+    if (!prepared_.valid() || !same_call(a, prepared_args_)) {
+      auto made = prepare_op(a);
+      if (!made) throw std::runtime_error(render(made.error()));
+      prepared_ = std::move(*made);
+      prepared_args_ = a;
+    }
+    if (auto err = prepared_.run()) throw std::runtime_error(render(err));
+  }
+
+  static bool same_call(const op_args& x, const op_args& y) {
+    return x.op == y.op && x.type == y.type && x.redop == y.redop &&
+           x.root == y.root && x.total == y.total && x.in == y.in &&
+           x.out == y.out;
+  }
+
+  caf::expected<persistent_op> prepare_op(const op_args& a) const {
+    auto g = get_group(group_name_);
+    auto counts = counts_of(a.op, a.total, a.ranks);
+    tensor_view in{a.in, a.type, counts.in};
+    tensor_view out{a.out, a.type, counts.out};
+    // The in-place forms are the same calls with one buffer.
+    if (a.in_place()) in = out;
+    switch (a.op) {
+      case bench_op::allreduce: {
+        allreduce_options opts;
+        opts.op = a.redop;
+        opts.algorithm = algorithm_;
+        return g->prepare_allreduce(in, out, opts);
+      }
+      case bench_op::reduce: {
+        reduce_options opts;
+        opts.op = a.redop;
+        opts.root = a.root;
+        return g->prepare_reduce(in, out, opts);
+      }
+      case bench_op::broadcast: {
+        broadcast_options opts;
+        opts.root = a.root;
+        return g->prepare_broadcast(in, out, opts);
+      }
+      case bench_op::allgather: return g->prepare_allgather(in, out);
+      case bench_op::reduce_scatter: {
+        reduce_scatter_options opts;
+        opts.op = a.redop;
+        return g->prepare_reduce_scatter(in, out, opts);
+      }
+      case bench_op::alltoall: return g->prepare_alltoall(in, out);
+      case bench_op::gather: {
+        gather_options opts;
+        opts.root = a.root;
+        return g->prepare_gather(in, out, opts);
+      }
+      case bench_op::scatter: {
+        scatter_options opts;
+        opts.root = a.root;
+        return g->prepare_scatter(in, out, opts);
+      }
+      case bench_op::barrier: return g->prepare_barrier();
+      case bench_op::sendrecv: break;
+    }
+    return make_error(errc::unsupported, "point-to-point ops have no "
+                                         "persistent form");
+  }
+
   std::string label_;
   std::string group_name_;
   allreduce_algorithm algorithm_;
+  bool persistent_;
+  persistent_op prepared_;
+  op_args prepared_args_;
 };
 
 } // namespace
@@ -96,9 +170,10 @@ class direct_path : public bench_path {
 bench_path_ptr make_direct_path(const std::string& label,
                                 const std::string& backend, int rank, int ranks,
                                 rendezvous_store_ptr store,
-                                allreduce_algorithm algorithm) {
+                                allreduce_algorithm algorithm,
+                                bool persistent) {
   return std::make_unique<direct_path>(label, backend, rank, ranks,
-                                       std::move(store), algorithm);
+                                       std::move(store), algorithm, persistent);
 }
 
 } // namespace caf_collective::bench

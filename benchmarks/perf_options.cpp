@@ -31,9 +31,11 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --ranks N          number of ranks (2)
   --backend NAME     backend of the direct and driver paths: gloo shm
                      auto (gloo)
-  --path LIST        raw-gloo,raw-gloo-best,direct,shm,driver,
-                     driver-overlap (raw-gloo,raw-gloo-best,direct); shm:
-                     our API on backend shm, beside direct on --backend;
+  --path LIST        raw-gloo,raw-gloo-best,direct,shm,shm-persistent,
+                     driver,driver-overlap (raw-gloo,raw-gloo-best,direct);
+                     shm: our API on backend shm, beside direct on
+                     --backend; shm-persistent: the same ops prepared once
+                     (group::prepare_*) and run each iteration;
                      driver-overlap: the driver path with --window
                      requests in flight, time per op
   --window W         requests in flight on driver-overlap, >= 2 (4)
@@ -96,7 +98,8 @@ std::vector<bench_op> parse_ops(std::string_view list) {
 void check_paths(const std::vector<std::string>& paths) {
   for (auto& p : paths)
     if (p != "raw-gloo" && p != "raw-gloo-best" && p != "direct" &&
-        p != "shm" && p != "driver" && p != "driver-overlap")
+        p != "shm" && p != "shm-persistent" && p != "driver" &&
+        p != "driver-overlap")
       throw std::invalid_argument("unknown path " + p);
 }
 

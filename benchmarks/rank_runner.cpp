@@ -98,10 +98,12 @@ class rank_runner {
         if (opts_.raw_warm_up) warm_up_pairs(*ctx, backend_warm_up_bytes);
         paths_.push_back(name == "raw-gloo" ? make_raw_gloo_path(ctx)
                                             : make_raw_gloo_best_path(ctx));
-      } else if (name == "direct" || name == "shm") {
-        auto backend = name == "shm" ? std::string{"shm"} : opts_.backend;
+      } else if (name == "direct" || name == "shm" ||
+                 name == "shm-persistent") {
+        auto backend = name == "direct" ? opts_.backend : std::string{"shm"};
         paths_.push_back(make_direct_path(name, backend, env_.rank, opts_.ranks,
-                                          env_.store, opts_.direct_algorithm));
+                                          env_.store, opts_.direct_algorithm,
+                                          name == "shm-persistent"));
       } else if (is_driver(name) && driver_path_available()) {
         paths_.push_back(make_driver_path(
           env_.rank, opts_.ranks, opts_.caf_scheduler, opts_.backend,

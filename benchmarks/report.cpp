@@ -32,7 +32,7 @@ void print_timing(std::ostream& out, const timing& t) {
 
 // The backend a path's rows ran on.
 std::string backend_of(const std::string& path, const perf_options& opts) {
-  if (path == "shm") return "shm";
+  if (path == "shm" || path == "shm-persistent") return "shm";
   if (path == "direct" || path == "driver" || path == "driver-overlap")
     return opts.backend;
   if (path == "mpi") return "mpi";

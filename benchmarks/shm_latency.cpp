@@ -13,9 +13,13 @@
 // as the large ops of actor members do: the difference to the API row is
 // the cost of handing the op to the lane and back.
 //
+// --persistent prepares the allreduce once (group::prepare_allreduce) and
+// runs it each iteration: the API without the per-call lookup, checks and
+// allocations.
+//
 // usage: caf_collective_shm_latency [--ranks N] [--procs] [--backend-only]
-//                                   [--on-lane] [--bytes B] [--iters N]
-//                                   [--pin]
+//                                   [--on-lane] [--persistent] [--bytes B]
+//                                   [--iters N] [--pin]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +50,7 @@ struct options {
   bool procs = false;
   bool backend_only = false;
   bool on_lane = false;
+  bool persistent = false;
   size_t bytes = 8;
   int iters = 20000;
   bool pin = false;
@@ -67,6 +72,8 @@ options parse(int argc, char** argv) {
       opts.backend_only = true;
     else if (flag == "--on-lane")
       opts.on_lane = true;
+    else if (flag == "--persistent")
+      opts.persistent = true;
     else if (flag == "--bytes")
       opts.bytes = std::stoul(value());
     else if (flag == "--iters")
@@ -126,7 +133,14 @@ std::vector<double> time_rank(const options& opts, int rank,
   col::init_options init;
   init.store = std::move(store);
   col::init_collective_group(opts.ranks, rank, "shm", "latency", init);
-  if (opts.on_lane)
+  if (opts.persistent) {
+    auto op = col::get_group("latency")->prepare_allreduce(col::view_of(in),
+                                                           col::view_of(out));
+    if (!op) throw std::runtime_error(col::render(op.error()));
+    timed([&] {
+      if (auto err = op->run()) throw std::runtime_error(col::render(err));
+    });
+  } else if (opts.on_lane)
     timed([&] {
       auto done =
         col::allreduce_async(col::view_of(in), col::view_of(out), "latency");
@@ -154,6 +168,7 @@ void report(const options& opts, std::vector<double> samples) {
               opts.ranks, opts.procs ? "processes" : "threads", opts.bytes,
               opts.backend_only ? "the shm backend only"
               : opts.on_lane    ? "the API, run on the lane"
+              : opts.persistent ? "a persistent op"
                                 : "the API",
               opts.pin ? ", pinned" : "", median, at(0.1), at(0.9), opts.iters,
               at(0.99), at(0.999), samples.back(), static_cast<long>(slow));

@@ -15,6 +15,7 @@
 #include "caf_collective/op_history.hpp"
 #include "caf_collective/op_kind.hpp"
 #include "caf_collective/options.hpp"
+#include "caf_collective/persistent_op.hpp"
 #include "caf_collective/reduce_op.hpp"
 #include "caf_collective/rendezvous.hpp"
 #include "caf_collective/tensor.hpp"

@@ -16,6 +16,7 @@
 #include "caf_collective/error.hpp"
 #include "caf_collective/op_history.hpp"
 #include "caf_collective/options.hpp"
+#include "caf_collective/persistent_op.hpp"
 #include "caf_collective/rendezvous.hpp"
 #include "caf_collective/tensor.hpp"
 #include "caf_collective/work.hpp"
@@ -25,6 +26,7 @@ namespace caf_collective {
 namespace detail {
 class lane;
 class work_state;
+struct persistent_call;
 } // namespace detail
 
 /// The largest world size a group accepts. Gloo connects every member to
@@ -137,6 +139,42 @@ class group : public std::enable_shared_from_this<group> {
                  alltoallv_options opts);
   work barrier(barrier_options opts = {});
 
+  /// Persistent forms of the collectives (persistent_op.hpp): the same
+  /// arguments and checks as the calls above, done once; a bad argument
+  /// is returned here and nothing is sent. The buffers stay the caller's
+  /// and must outlive every run. Point-to-point ops have no such form.
+  caf::expected<persistent_op> prepare_broadcast(const tensor_view& in,
+                                                 const tensor_view& out,
+                                                 broadcast_options opts = {});
+  caf::expected<persistent_op> prepare_reduce(const tensor_view& in,
+                                              const tensor_view& out,
+                                              reduce_options opts = {});
+  caf::expected<persistent_op> prepare_allreduce(const tensor_view& in,
+                                                 const tensor_view& out,
+                                                 allreduce_options opts = {});
+  caf::expected<persistent_op> prepare_allgather(const tensor_view& in,
+                                                 const tensor_view& out,
+                                                 allgather_options opts = {});
+  caf::expected<persistent_op> prepare_allgatherv(const tensor_view& in,
+                                                  const tensor_view& out,
+                                                  allgatherv_options opts);
+  caf::expected<persistent_op> prepare_gather(const tensor_view& in,
+                                              const tensor_view& out,
+                                              gather_options opts = {});
+  caf::expected<persistent_op> prepare_scatter(const tensor_view& in,
+                                               const tensor_view& out,
+                                               scatter_options opts = {});
+  caf::expected<persistent_op>
+  prepare_reduce_scatter(const tensor_view& in, const tensor_view& out,
+                         reduce_scatter_options opts = {});
+  caf::expected<persistent_op> prepare_alltoall(const tensor_view& in,
+                                                const tensor_view& out,
+                                                alltoall_options opts = {});
+  caf::expected<persistent_op> prepare_alltoallv(const tensor_view& in,
+                                                 const tensor_view& out,
+                                                 alltoallv_options opts);
+  caf::expected<persistent_op> prepare_barrier(barrier_options opts = {});
+
   /// Fails the running and every queued operation at once with
   /// errc::aborted and breaks the group. The backend stops using their
   /// buffers first (Gloo: its connections are closed). Safe from any thread
@@ -168,8 +206,34 @@ class group : public std::enable_shared_from_this<group> {
  private:
   explicit group(group_config cfg);
 
+  friend class persistent_op;
+
   template<class Fn>
   work submit(op_kind op, caf::error validation, Fn body, detail::lane& target);
+
+  /// Checks an op once and binds it to this group (persistent_op).
+  template<class Body>
+  caf::expected<persistent_op> prepare(op_kind op, caf::error validation,
+                                       Body body);
+
+  /// One run of a persistent op: on the calling thread when the lane is
+  /// idle, else through submit (and waits for it).
+  caf::error
+  run_persistent(const std::shared_ptr<detail::persistent_call>& call);
+
+  /// One start of a persistent op, through submit.
+  work start_persistent(const std::shared_ptr<detail::persistent_call>& call);
+
+  /// invalid_argument when a per-op timeout is out of range.
+  caf::error check_op_timeout(op_kind op, milliseconds timeout) const;
+
+  /// The op itself, on the thread that holds the lane: waits for the
+  /// formation, refuses it on a broken group or unsupported tensors, runs
+  /// the blocking form and records it; `started`: its history record says
+  /// running already.
+  template<class Fn>
+  caf::error run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
+                      bool started);
 
   /// Runs the blocking form of an op on the calling thread, which holds
   /// the lane; `started`: its history record already says running.

@@ -4,7 +4,8 @@
 
 #include "runtime/backend_factory.hpp"
 #include "runtime/lane.hpp"
-#include "runtime/op_body.hpp"
+#include "runtime/op_bodies.hpp"
+#include "runtime/persistent_call.hpp"
 #include "runtime/validate.hpp"
 #include "runtime/work_state.hpp"
 #include "vocabulary/log.hpp"
@@ -196,31 +197,39 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
 }
 
 template<class Fn>
-void group::run_task(const std::shared_ptr<detail::work_state>& state,
-                     op_kind op, bool p2p, Fn& body, bool started) {
-  auto seq = static_cast<int64_t>(state->seq());
-  caf::error err;
+caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
+                           bool started) {
   // The send lane may run before formation finished on the main lane.
   formed_.wait();
-  if (!started) history_.started(state->seq(), p2p);
-  if (auto refused = refusal(op, seq, body.dev, body.type)) {
-    err = std::move(refused);
-  } else {
-    err = body(*backend_, call_of(state->seq(), body.timeout));
+  if (!started) history_.started(seq, p2p);
+  auto err = refusal(op, static_cast<int64_t>(seq), body.dev, body.type);
+  if (!err) {
+    err = body(*backend_, call_of(seq, body.timeout));
     after_failure(err);
   }
-  history_.finished(state->seq(), p2p, err);
+  history_.finished(seq, p2p, err);
+  return err;
+}
+
+template<class Fn>
+void group::run_task(const std::shared_ptr<detail::work_state>& state,
+                     op_kind op, bool p2p, Fn& body, bool started) {
+  auto err = run_body(op, state->seq(), p2p, body, started);
   detail::lane::complete_when_idle(state, std::move(err));
+}
+
+caf::error group::check_op_timeout(op_kind op, milliseconds timeout) const {
+  if (timeout.count() >= 0 && timeout <= max_timeout) return {};
+  return make_error(errc::invalid_argument, context(op, -1),
+                    "timeout " + std::to_string(timeout.count()) +
+                      " ms is outside [0, " +
+                      std::to_string(max_timeout.count()) + "] ms");
 }
 
 template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
-  if (!validation && (body.timeout.count() < 0 || body.timeout > max_timeout))
-    validation = make_error(errc::invalid_argument, context(op, -1),
-                            "timeout " + std::to_string(body.timeout.count()) +
-                              " ms is outside [0, " +
-                              std::to_string(max_timeout.count()) + "] ms");
+  if (!validation) validation = check_op_timeout(op, body.timeout);
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   bool p2p = op == op_kind::send || op == op_kind::recv;
@@ -323,198 +332,265 @@ bool group::start_without_blocking(
   return body.start(*backend_, call_of(seq, body.timeout), done);
 }
 
+template<class Body>
+caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
+                                            Body body) {
+  if (!validation) validation = check_op_timeout(op, body.timeout);
+  if (validation) return validation;
+  // The op outlives this call: it keeps its own copies of the arguments.
+  body.keep();
+  auto call = std::make_shared<detail::persistent_call>();
+  call->owner = shared_from_this();
+  call->op = op;
+  call->dev = body.dev;
+  call->type = body.type;
+  call->bytes = body.bytes;
+  call->timeout = body.timeout;
+  auto shared_body = std::make_shared<Body>(std::move(body));
+  call->run = [shared_body](backend& be, const op_call& c) {
+    return (*shared_body)(be, c);
+  };
+  if constexpr (Body::startable)
+    call->start = [shared_body](backend& be, const op_call& c,
+                                op_completion& done) {
+      return shared_body->start(be, c, done);
+    };
+  return persistent_op{std::move(call)};
+}
+
+caf::error
+group::run_persistent(const std::shared_ptr<detail::persistent_call>& call) {
+  uint64_t seq = 0;
+  bool claimed = false;
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    // Formation still running, ops queued or a destroyed group: the usual
+    // path below waits for the lane or reports the refusal.
+    if (!closed_ && lane_->try_claim()) {
+      claimed = true;
+      seq = next_seq_++;
+      history_.queued(seq, false, call->op, call->bytes, true);
+    }
+  }
+  if (!claimed) {
+    detail::run_inline_scope allow_inline;
+    return start_persistent(call).wait();
+  }
+  detail::lane::task_scope completions; // announced after the release
+  detail::persistent_body body{call};
+  auto err = run_body(call->op, seq, false, body, true);
+  lane_->release();
+  return err;
+}
+
+work group::start_persistent(
+  const std::shared_ptr<detail::persistent_call>& call) {
+  return submit(call->op, {}, detail::persistent_body{call}, *lane_);
+}
+
 #define CAF_COLLECTIVE_SITE(op)                 \
   detail::call_site {                           \
     context(op, -1), cfg_.rank, cfg_.world_size \
   }
 
 work group::send(const tensor_view& in, send_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::send);
   return submit(
-    op_kind::send, detail::check_send(at, in, opts),
-    detail::make_body(in, opts.timeout, detail::borrow(in, opts),
-                      [](backend& be, const op_call& c, const auto& in,
-                         const auto& opts) { return be.send(c, in, opts); }),
-    *send_lane_);
+    op_kind::send,
+    detail::check_send(CAF_COLLECTIVE_SITE(op_kind::send), in, opts),
+    detail::send_body(in, opts), *send_lane_);
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::recv);
   return submit(
-    op_kind::recv, detail::check_recv(at, out, opts),
-    detail::make_body(out, opts.timeout, detail::borrow(out, opts),
-                      [](backend& be, const op_call& c, const auto& out,
-                         const auto& opts) { return be.recv(c, out, opts); }),
-    *lane_);
+    op_kind::recv,
+    detail::check_recv(CAF_COLLECTIVE_SITE(op_kind::recv), out, opts),
+    detail::recv_body(out, opts), *lane_);
 }
 
 work group::broadcast(const tensor_view& in, const tensor_view& out,
                       broadcast_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::broadcast);
-  return submit(
-    op_kind::broadcast, detail::check_broadcast(at, in, out, opts),
-    detail::make_body(
-      out, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.broadcast(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_broadcast(c, in, out, opts, done);
-      }),
-    *lane_);
+  return submit(op_kind::broadcast,
+                detail::check_broadcast(CAF_COLLECTIVE_SITE(op_kind::broadcast),
+                                        in, out, opts),
+                detail::broadcast_body(in, out, opts), *lane_);
 }
 
 work group::reduce(const tensor_view& in, const tensor_view& out,
                    reduce_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce);
   return submit(
-    op_kind::reduce, detail::check_reduce(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.reduce(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_reduce(c, in, out, opts, done);
-      }),
-    *lane_);
+    op_kind::reduce,
+    detail::check_reduce(CAF_COLLECTIVE_SITE(op_kind::reduce), in, out, opts),
+    detail::reduce_body(in, out, opts), *lane_);
 }
 
 work group::allreduce(const tensor_view& in, const tensor_view& out,
                       allreduce_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::allreduce);
-  return submit(
-    op_kind::allreduce, detail::check_allreduce(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.allreduce(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_allreduce(c, in, out, opts, done);
-      }),
-    *lane_);
+  return submit(op_kind::allreduce,
+                detail::check_allreduce(CAF_COLLECTIVE_SITE(op_kind::allreduce),
+                                        in, out, opts),
+                detail::allreduce_body(in, out, opts), *lane_);
 }
 
 work group::allgather(const tensor_view& in, const tensor_view& out,
                       allgather_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::allgather);
   return submit(
-    op_kind::allgather, detail::check_allgather(at, in, out),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.allgather(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_allgather(c, in, out, opts, done);
-      }),
-    *lane_);
+    op_kind::allgather,
+    detail::check_allgather(CAF_COLLECTIVE_SITE(op_kind::allgather), in, out),
+    detail::allgather_body(in, out, opts), *lane_);
 }
 
 work group::allgatherv(const tensor_view& in, const tensor_view& out,
                        allgatherv_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::allgatherv);
-  return submit(
-    op_kind::allgatherv, detail::check_allgatherv(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.allgatherv(c, in, out, opts); }),
-    *lane_);
+  return submit(op_kind::allgatherv,
+                detail::check_allgatherv(
+                  CAF_COLLECTIVE_SITE(op_kind::allgatherv), in, out, opts),
+                detail::allgatherv_body(in, out, opts), *lane_);
 }
 
 work group::gather(const tensor_view& in, const tensor_view& out,
                    gather_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::gather);
   return submit(
-    op_kind::gather, detail::check_gather(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.gather(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_gather(c, in, out, opts, done);
-      }),
-    *lane_);
+    op_kind::gather,
+    detail::check_gather(CAF_COLLECTIVE_SITE(op_kind::gather), in, out, opts),
+    detail::gather_body(in, out, opts), *lane_);
 }
 
 work group::scatter(const tensor_view& in, const tensor_view& out,
                     scatter_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::scatter);
   return submit(
-    op_kind::scatter, detail::check_scatter(at, in, out, opts),
-    detail::make_body(
-      out, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.scatter(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_scatter(c, in, out, opts, done);
-      }),
-    *lane_);
+    op_kind::scatter,
+    detail::check_scatter(CAF_COLLECTIVE_SITE(op_kind::scatter), in, out, opts),
+    detail::scatter_body(in, out, opts), *lane_);
 }
 
 work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
                            reduce_scatter_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::reduce_scatter);
-  return submit(
-    op_kind::reduce_scatter, detail::check_reduce_scatter(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.reduce_scatter(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_reduce_scatter(c, in, out, opts, done);
-      }),
-    *lane_);
+  return submit(op_kind::reduce_scatter,
+                detail::check_reduce_scatter(
+                  CAF_COLLECTIVE_SITE(op_kind::reduce_scatter), in, out, opts),
+                detail::reduce_scatter_body(in, out, opts), *lane_);
 }
 
 work group::alltoall(const tensor_view& in, const tensor_view& out,
                      alltoall_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoall);
   return submit(
-    op_kind::alltoall, detail::check_alltoall(at, in, out),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.alltoall(c, in, out, opts); },
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts, op_completion& done) {
-        return be.start_alltoall(c, in, out, opts, done);
-      }),
-    *lane_);
+    op_kind::alltoall,
+    detail::check_alltoall(CAF_COLLECTIVE_SITE(op_kind::alltoall), in, out),
+    detail::alltoall_body(in, out, opts), *lane_);
 }
 
 work group::alltoallv(const tensor_view& in, const tensor_view& out,
                       alltoallv_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::alltoallv);
-  return submit(
-    op_kind::alltoallv, detail::check_alltoallv(at, in, out, opts),
-    detail::make_body(
-      in, opts.timeout, detail::borrow(in, out, opts),
-      [](backend& be, const op_call& c, const auto& in, const auto& out,
-         const auto& opts) { return be.alltoallv(c, in, out, opts); }),
-    *lane_);
+  return submit(op_kind::alltoallv,
+                detail::check_alltoallv(CAF_COLLECTIVE_SITE(op_kind::alltoallv),
+                                        in, out, opts),
+                detail::alltoallv_body(in, out, opts), *lane_);
 }
 
 work group::barrier(barrier_options opts) {
-  auto at = CAF_COLLECTIVE_SITE(op_kind::barrier);
-  // A barrier moves no tensor: ask the capability query about host memory.
-  tensor_view none{nullptr, dtype::uint8, size_t{0}};
   return submit(
-    op_kind::barrier, detail::check_timeout(at, opts),
-    detail::make_body(
-      none, opts.timeout, detail::borrow(opts),
-      [](backend& be, const op_call& c, const auto& opts) {
-        return be.barrier(c, opts);
-      },
-      [](backend& be, const op_call& c, const auto& opts, op_completion& done) {
-        return be.start_barrier(c, opts, done);
-      }),
-    *lane_);
+    op_kind::barrier,
+    detail::check_timeout(CAF_COLLECTIVE_SITE(op_kind::barrier), opts),
+    detail::barrier_body(opts), *lane_);
+}
+
+// -- persistent ops ------------------------------------------------------
+
+caf::expected<persistent_op> group::prepare_broadcast(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      broadcast_options opts) {
+  return prepare(op_kind::broadcast,
+                 detail::check_broadcast(
+                   CAF_COLLECTIVE_SITE(op_kind::broadcast), in, out, opts),
+                 detail::broadcast_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_reduce(const tensor_view& in,
+                                                   const tensor_view& out,
+                                                   reduce_options opts) {
+  return prepare(
+    op_kind::reduce,
+    detail::check_reduce(CAF_COLLECTIVE_SITE(op_kind::reduce), in, out, opts),
+    detail::reduce_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_allreduce(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      allreduce_options opts) {
+  return prepare(op_kind::allreduce,
+                 detail::check_allreduce(
+                   CAF_COLLECTIVE_SITE(op_kind::allreduce), in, out, opts),
+                 detail::allreduce_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_allgather(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      allgather_options opts) {
+  return prepare(
+    op_kind::allgather,
+    detail::check_allgather(CAF_COLLECTIVE_SITE(op_kind::allgather), in, out),
+    detail::allgather_body(in, out, opts));
+}
+
+caf::expected<persistent_op>
+group::prepare_allgatherv(const tensor_view& in, const tensor_view& out,
+                          allgatherv_options opts) {
+  return prepare(op_kind::allgatherv,
+                 detail::check_allgatherv(
+                   CAF_COLLECTIVE_SITE(op_kind::allgatherv), in, out, opts),
+                 detail::allgatherv_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_gather(const tensor_view& in,
+                                                   const tensor_view& out,
+                                                   gather_options opts) {
+  return prepare(
+    op_kind::gather,
+    detail::check_gather(CAF_COLLECTIVE_SITE(op_kind::gather), in, out, opts),
+    detail::gather_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_scatter(const tensor_view& in,
+                                                    const tensor_view& out,
+                                                    scatter_options opts) {
+  return prepare(
+    op_kind::scatter,
+    detail::check_scatter(CAF_COLLECTIVE_SITE(op_kind::scatter), in, out, opts),
+    detail::scatter_body(in, out, opts));
+}
+
+caf::expected<persistent_op>
+group::prepare_reduce_scatter(const tensor_view& in, const tensor_view& out,
+                              reduce_scatter_options opts) {
+  return prepare(op_kind::reduce_scatter,
+                 detail::check_reduce_scatter(
+                   CAF_COLLECTIVE_SITE(op_kind::reduce_scatter), in, out, opts),
+                 detail::reduce_scatter_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_alltoall(const tensor_view& in,
+                                                     const tensor_view& out,
+                                                     alltoall_options opts) {
+  return prepare(
+    op_kind::alltoall,
+    detail::check_alltoall(CAF_COLLECTIVE_SITE(op_kind::alltoall), in, out),
+    detail::alltoall_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_alltoallv(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      alltoallv_options opts) {
+  return prepare(op_kind::alltoallv,
+                 detail::check_alltoallv(
+                   CAF_COLLECTIVE_SITE(op_kind::alltoallv), in, out, opts),
+                 detail::alltoallv_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_barrier(barrier_options opts) {
+  return prepare(
+    op_kind::barrier,
+    detail::check_timeout(CAF_COLLECTIVE_SITE(op_kind::barrier), opts),
+    detail::barrier_body(opts));
 }
 
 #undef CAF_COLLECTIVE_SITE

@@ -1,0 +1,286 @@
+// Persistent ops (group::prepare_*): every collective, run and started
+// many times on the same buffers, against the group's one-off call on the
+// same inputs; arguments refused once at preparation; overlapping starts,
+// mismatched ranks and destroyed groups. Built for Gloo and for shm.
+#include <latch>
+#include <numeric>
+
+#include "test_support.hpp"
+
+namespace col = caf_collective;
+using test::rank_log;
+
+namespace {
+
+constexpr size_t block = 5;
+
+int64_t first_of(const col::tensor& x) {
+  return static_cast<const int64_t*>(x.data())[0];
+}
+constexpr int rounds = 4;
+
+/// One collective in its persistent and its one-off form over the same
+/// input and two outputs of the same size.
+struct op_case {
+  const char* name;
+  size_t in_count;
+  size_t out_count;
+  bool result_at_root_only;
+  std::function<caf::expected<col::persistent_op>(
+    col::group&, const col::tensor_view&, const col::tensor_view&)>
+    prepare;
+  std::function<col::work(col::group&, const col::tensor_view&,
+                          const col::tensor_view&)>
+    once;
+};
+
+/// What rank r sends to rank j in the alltoallv case.
+size_t alltoallv_count(int r, int j) {
+  return size_t((r + 2 * j) % 3 + 1);
+}
+
+std::vector<op_case> cases_of(int world, int rank) {
+  auto w = size_t(world);
+  int root = world - 1;
+  std::vector<op_case> cases;
+  col::broadcast_options bopts;
+  bopts.root = root;
+  cases.push_back({"broadcast", block, block, false,
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.prepare_broadcast(in, out, bopts);
+                   },
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.broadcast(in, out, bopts);
+                   }});
+  col::reduce_options ropts;
+  ropts.root = root;
+  cases.push_back(
+    {"reduce", block, block, true,
+     [=](auto& g, auto& in, auto& out) {
+       return g.prepare_reduce(in, out, ropts);
+     },
+     [=](auto& g, auto& in, auto& out) { return g.reduce(in, out, ropts); }});
+  col::allreduce_options aopts;
+  aopts.op = col::reduce_op::max;
+  cases.push_back({"allreduce", block, block, false,
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.prepare_allreduce(in, out, aopts);
+                   },
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.allreduce(in, out, aopts);
+                   }});
+  cases.push_back(
+    {"allgather", block, block * w, false,
+     [](auto& g, auto& in, auto& out) { return g.prepare_allgather(in, out); },
+     [](auto& g, auto& in, auto& out) { return g.allgather(in, out); }});
+  col::allgatherv_options vopts;
+  for (int r = 0; r < world; ++r)
+    vopts.counts.push_back(size_t(r + 1));
+  cases.push_back(
+    {"allgatherv", size_t(rank + 1),
+     std::accumulate(vopts.counts.begin(), vopts.counts.end(), size_t{0}),
+     false,
+     [=](auto& g, auto& in, auto& out) {
+       return g.prepare_allgatherv(in, out, vopts);
+     },
+     [=](auto& g, auto& in, auto& out) {
+       return g.allgatherv(in, out, vopts);
+     }});
+  col::gather_options gopts;
+  gopts.root = root;
+  cases.push_back(
+    {"gather", block, block * w, true,
+     [=](auto& g, auto& in, auto& out) {
+       return g.prepare_gather(in, out, gopts);
+     },
+     [=](auto& g, auto& in, auto& out) { return g.gather(in, out, gopts); }});
+  col::scatter_options sopts;
+  sopts.root = root;
+  cases.push_back(
+    {"scatter", block * w, block, false,
+     [=](auto& g, auto& in, auto& out) {
+       return g.prepare_scatter(in, out, sopts);
+     },
+     [=](auto& g, auto& in, auto& out) { return g.scatter(in, out, sopts); }});
+  col::reduce_scatter_options rsopts;
+  rsopts.op = col::reduce_op::sum;
+  cases.push_back({"reduce_scatter", block * w, block, false,
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.prepare_reduce_scatter(in, out, rsopts);
+                   },
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.reduce_scatter(in, out, rsopts);
+                   }});
+  cases.push_back(
+    {"alltoall", block * w, block * w, false,
+     [](auto& g, auto& in, auto& out) { return g.prepare_alltoall(in, out); },
+     [](auto& g, auto& in, auto& out) { return g.alltoall(in, out); }});
+  col::alltoallv_options avopts;
+  for (int j = 0; j < world; ++j) {
+    avopts.send_counts.push_back(alltoallv_count(rank, j));
+    avopts.recv_counts.push_back(alltoallv_count(j, rank));
+  }
+  auto sum = [](const std::vector<size_t>& xs) {
+    return std::accumulate(xs.begin(), xs.end(), size_t{0});
+  };
+  cases.push_back({"alltoallv", sum(avopts.send_counts),
+                   sum(avopts.recv_counts), false,
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.prepare_alltoallv(in, out, avopts);
+                   },
+                   [=](auto& g, auto& in, auto& out) {
+                     return g.alltoallv(in, out, avopts);
+                   }});
+  return cases;
+}
+
+/// Runs every case `rounds` times: new input contents each round, the
+/// persistent op (run() on even rounds, start() on odd ones), then the
+/// one-off call on the same input; both outputs must agree.
+void persistent_against_one_off(int world) {
+  auto name = "persistent-" + std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    auto g = col::get_group(name);
+    for (auto& c : cases_of(world, rank)) {
+      auto what = std::string{c.name} + " world " + std::to_string(world);
+      auto in = test::make_tensor(col::dtype::int64, c.in_count);
+      auto got = test::make_tensor(col::dtype::int64, c.out_count);
+      auto want = test::make_tensor(col::dtype::int64, c.out_count);
+      auto op = c.prepare(*g, in, got);
+      if (!op) {
+        log.fail(what + ": prepare failed: " + col::render(op.error()));
+        continue;
+      }
+      log.expect(op->op() != col::op_kind::send, what + ": wrong op kind");
+      for (int round = 0; round < rounds; ++round) {
+        test::fill_pattern(in, rank, 0, uint64_t(round + 1));
+        test::poison(got);
+        test::poison(want);
+        auto err = round % 2 == 0 ? op->run() : op->start().wait();
+        if (err) {
+          log.fail(what + " round " + std::to_string(round) + ": " +
+                   col::render(err));
+          continue;
+        }
+        if (auto once_err = c.once(*g, in, want).wait()) {
+          log.fail(what + ": one-off call failed: " + col::render(once_err));
+          continue;
+        }
+        if (!c.result_at_root_only || rank == world - 1)
+          log.expect_equal(what + " round " + std::to_string(round), got, want);
+      }
+    }
+    // A barrier moves nothing: it must only run as often as asked.
+    auto barrier = g->prepare_barrier();
+    log.expect(bool{barrier}, "prepare_barrier failed");
+    for (int round = 0; barrier && round < rounds; ++round)
+      log.expect(!barrier->run(), "persistent barrier failed");
+  });
+}
+
+} // namespace
+
+TEST_CASE("every persistent collective gives its one-off call's result, "
+          "run after run, as its input changes") {
+  for (int world : {1, 2, 3})
+    persistent_against_one_off(world);
+}
+
+TEST_CASE("a persistent op's bad arguments are refused once, at "
+          "preparation, and the group stays usable") {
+  test::run_group(2, "persistent-bad", [](int rank, rank_log& log) {
+    auto g = col::get_group("persistent-bad");
+    auto in = test::make_tensor(col::dtype::float32, 4);
+    auto out = test::make_tensor(col::dtype::float32, 3);
+    auto sized = g->prepare_allreduce(in, out);
+    log.expect(!sized, "an allreduce with a 3-element output was prepared");
+    if (!sized)
+      test::expect_error_of(log, "size", sized.error(),
+                            col::errc::invalid_argument,
+                            {"persistent-bad", "allreduce"});
+    col::broadcast_options bad_root;
+    bad_root.root = 7;
+    auto rooted = g->prepare_broadcast(in, in, bad_root);
+    log.expect(!rooted, "a broadcast from root 7 of 2 was prepared");
+    col::allreduce_options slow;
+    slow.timeout = std::chrono::hours{24 * 365};
+    auto timed = g->prepare_allreduce(in, in, slow);
+    log.expect(!timed, "a timeout of a year was accepted");
+    if (!timed)
+      test::expect_error_of(log, "timeout", timed.error(),
+                            col::errc::invalid_argument, {"timeout"});
+    log.expect(bool{col::persistent_op{}.run()}, "an empty op did not fail");
+    test::expect_usable(log, "persistent-bad", 2, rank);
+  });
+}
+
+TEST_CASE("a persistent op refuses a start while its previous start is in "
+          "flight, and interleaves with one-off ops in sequence order") {
+  std::latch refused{1};
+  test::run_group(2, "persistent-order", [&](int rank, rank_log& log) {
+    auto g = col::get_group("persistent-order");
+    auto x = col::tensor::from_vector(std::vector<int64_t>{rank + 1});
+    auto op = g->prepare_allreduce(x, x);
+    if (!op) {
+      log.fail("prepare failed: " + col::render(op.error()));
+      return;
+    }
+    if (rank == 0) {
+      // Rank 1 has not arrived: the first start cannot finish yet.
+      auto first = op->start();
+      auto second = op->start();
+      test::expect_error_of(
+        log, "second start", second.wait(), col::errc::invalid_argument,
+        {"persistent-order", "allreduce", "previous start"});
+      log.expect(!first.ready(), "the first start finished without rank 1");
+      refused.count_down();
+      log.expect(!first.wait(), "the first start failed");
+    } else {
+      refused.wait();
+      log.expect(!op->run(), "rank 1's run failed");
+    }
+    log.expect(first_of(x) == 3, "first allreduce: wrong sum");
+    // A one-off op between two runs takes the sequence number between
+    // theirs on every rank.
+    auto y = col::tensor::from_vector(std::vector<int64_t>{10 * (rank + 1)});
+    log.expect(!g->allreduce(y, y).wait(), "one-off allreduce failed");
+    log.expect(!op->run(), "second run failed");
+    log.expect(first_of(y) == 30, "one-off allreduce: wrong sum");
+    log.expect(first_of(x) == 6, "second run: wrong sum");
+    // Queued behind an op still in flight, run() waits its turn.
+    auto pending = g->allreduce(y, y);
+    log.expect(!op->run(), "run behind a queued op failed");
+    log.expect(!pending.wait() && first_of(y) == 60 && first_of(x) == 12,
+               "ops around a run behind a queued one: wrong sums");
+  });
+}
+
+TEST_CASE("a persistent op whose peer calls something else fails on both "
+          "ranks (shm: mismatch, Gloo: timeout), and a destroyed group "
+          "refuses its runs") {
+  // shm compares every rank's agreement key; Gloo cannot, and the op times
+  // out with the same advice (docs/api.md, "Mismatched calls").
+  bool shm = std::string_view{test::backend_under_test} == "shm";
+  auto expected = shm ? col::errc::mismatch : col::errc::timeout;
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(
+      2, rank, test::backend_under_test, "persistent-mismatch",
+      test::group_options(store, std::chrono::seconds{2}));
+    auto g = col::get_group("persistent-mismatch");
+    auto four = test::make_tensor(col::dtype::float32, 4);
+    auto five = test::make_tensor(col::dtype::float32, 5);
+    auto& mine = rank == 0 ? four : five;
+    auto op = g->prepare_allreduce(mine, mine);
+    if (!op) {
+      log.fail("prepare failed: " + col::render(op.error()));
+      return;
+    }
+    test::expect_error_of(log, "mismatched run", op->run(), expected,
+                          {"persistent-mismatch", "allreduce"});
+    col::destroy_collective_group("persistent-mismatch");
+    test::expect_error_of(log, "run after destroy", op->run(),
+                          col::errc::aborted, {"destroyed"});
+  });
+  test::check_ranks(results);
+}
