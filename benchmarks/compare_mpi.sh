@@ -11,6 +11,8 @@
 #   --ranks LIST  rank counts, quoted or comma-separated ("2 4")
 #   --ops LIST    ops (allreduce,allgather,reduce_scatter,broadcast,alltoall)
 #   --gloo        also run our API on Gloo (path direct) in the threads run
+#   --persistent  also run the ops as persistent ops (path shm-persistent:
+#                 prepared once, run each iteration) in both shm runs
 #   --plot        also write PNGs (busbw against size) into the -o dir
 # Default flags of both tools (later ones given after -- win):
 #   -b 8 -e 256M -f 2 -n 20 -w 3 --repeat 3 --time median --iter-budget 256M
@@ -30,6 +32,7 @@ out=
 ranks="2 4"
 ops=allreduce,allgather,reduce_scatter,broadcast,alltoall
 gloo=0
+persistent=0
 plot=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -38,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --ranks) ranks=${2//,/ }; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --gloo) gloo=1; shift ;;
+    --persistent) persistent=1; shift ;;
     --plot) plot=1; shift ;;
     --) shift; break ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
@@ -63,8 +67,10 @@ mpirun_args=(--oversubscribe)
 [[ $(id -u) == 0 ]] && mpirun_args+=(--allow-run-as-root)
 # shellcheck disable=SC2206
 mpirun_args+=(${MPIRUN_ARGS---bind-to none})
-paths=shm
-[[ $gloo == 1 ]] && paths=shm,direct
+proc_paths=shm
+[[ $persistent == 1 ]] && proc_paths=shm,shm-persistent
+paths=$proc_paths
+[[ $gloo == 1 ]] && paths=$paths,direct
 
 echo "# $invocation"
 echo "# both tools: ${common[*]}; mpirun ${mpirun_args[*]} -np N"
@@ -76,7 +82,7 @@ for n in $ranks; do
   "$perf" "${common[@]}" --ranks "$n" --path "$paths" \
     --csv "$out/ours-threads-$n.csv" > "$out/ours-threads-$n.txt" || status=1
   echo "# ranks $n: shm processes; load: $(uptime)"
-  "$perf" "${common[@]}" --ranks "$n" --path shm --procs \
+  "$perf" "${common[@]}" --ranks "$n" --path "$proc_paths" --procs \
     --csv "$out/ours-procs-$n.csv" > "$out/ours-procs-$n.txt" || status=1
   echo "# ranks $n: MPI; load: $(uptime)"
   mpirun "${mpirun_args[@]}" -np "$n" "$mpiref" "${common[@]}" \

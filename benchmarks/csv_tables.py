@@ -81,6 +81,13 @@ def compare(threads_csv, procs_csv, mpi_csv, copy_gbs=None,
     gloo = load(threads_csv, "direct")
     if gloo:
         cols.append(("gloo", gloo))
+    # thr-p, proc-p: the same ops as persistent ops (compare_mpi.sh
+    # --persistent, path shm-persistent).
+    persistent = [(name, load(f, "shm-persistent"))
+                  for name, f in (("thr-p", threads_csv),
+                                  ("proc-p", procs_csv))]
+    persistent = [(n, rows) for n, rows in persistent if rows]
+    cols += persistent
     keys = []
     for _, rows in cols:
         for k in rows:
@@ -101,6 +108,8 @@ def compare(threads_csv, procs_csv, mpi_csv, copy_gbs=None,
         print(f"\n**{op}, {ranks} ranks**: out-of-place; thr/proc: shm "
               "with ranks as threads/processes" +
               (", gloo: our API on Gloo (threads)" if gloo else "") +
+              (", thr-p/proc-p: the same as persistent ops" if persistent
+               else "") +
               "; time in us as reported, busbw in GB/s; x/MPI: busbw ratio "
               "(> 1: ours faster); %copy: busbw / copy model\n")
         head = ["size"] + [f"{n} us" for n, _ in cols] + [
@@ -108,6 +117,7 @@ def compare(threads_csv, procs_csv, mpi_csv, copy_gbs=None,
             "thr/MPI", "proc/MPI", "thr %copy", "proc %copy"]
         if gloo:
             head.append("thr/gloo")
+        head += [f"{n}/MPI" for n, _ in persistent]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for size in sizes:
@@ -129,6 +139,7 @@ def compare(threads_csv, procs_csv, mpi_csv, copy_gbs=None,
                 cells.append(f"{100 * c:.0f}%" if c is not None else "-")
             if gloo:
                 cells.append(ratio(cols[0][1], gloo))
+            cells += [ratio(rows, mpi) for _, rows in persistent]
             print("| " + " | ".join(cells) + " |")
     if plot_prefix:
         plot(cols, keys, ranks, plot_prefix,

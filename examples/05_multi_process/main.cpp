@@ -3,14 +3,16 @@
 // launcher (or mpirun, srun, torchrun: the rank and the rendezvous store
 // come from the environment). Each rank trains on its shard and averages
 // its gradient with the others' through allreduce(avg) on the imperative
-// API; the shard's loss rides behind the gradient, so the same op yields
-// the mean loss. At the end the ranks allgather their weights, and every
+// API's group, prepared once as a persistent op and run every step on the
+// same buffer; the shard's loss rides behind the gradient, so the same op
+// yields the mean loss. At the end the ranks allgather their weights, and every
 // rank checks: the loss falls below a threshold, all ranks hold the same
 // weights, and they match a single-process run. Rank 0 prints the table.
 //
 // Usage: caf_collective_run -n 4 05_multi_process [--steps N] [--samples N]
 //          [--features N] [--lr X] [--plot loss.png]
 // (the number of workers is the launcher's number of ranks)
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -32,11 +34,17 @@ sgd::outcome train(const sgd::settings& s, const sgd::dataset& data, int rank) {
   auto [first, last] = sgd::shard_of(s, rank);
   col::allreduce_options avg;
   avg.op = col::reduce_op::avg;
+  // One message buffer for every step (the gradient, then the loss), so
+  // the allreduce is checked and bound to it once.
+  std::vector<float> msg(w.size() + 1);
+  auto average = col::get_group("dp")->prepare_allreduce(
+    col::view_of(msg), col::view_of(msg), avg);
+  if (!average) throw col::collective_error{average.error()};
   for (int step = 0; step < s.steps; ++step) {
     double loss = sgd::loss_and_gradient(data, first, last, w, grad);
-    std::vector<float> msg(grad.begin(), grad.end());
-    msg.push_back(static_cast<float>(loss));
-    col::allreduce(col::view_of(msg), "dp", avg);
+    std::copy(grad.begin(), grad.end(), msg.begin());
+    msg.back() = static_cast<float>(loss);
+    if (auto err = average->run()) throw col::collective_error{err};
     run.losses.push_back(msg.back());
     sgd::apply_gradient(w, msg, s.lr);
   }
