@@ -3,7 +3,8 @@
 // ops (also values outside their enums), roots and peers (also out of
 // range), counts vectors (wrong lengths, sums that wrap), buffer sizes
 // (right, too small, too big) and null data pointers, fed to every
-// operation in its blocking form, its _async form and as a group method.
+// operation in its blocking form, its _async form, as a group method and
+// (collectives) as a persistent op prepared and run once.
 //
 // Every rank draws the same call from the same PRNG stream, and the test
 // predicts from its own model of the documented rules (docs/api.md) what
@@ -373,14 +374,21 @@ constexpr const char* op_names[] = {
   "reduce_scatter", "alltoall",   "alltoallv", "barrier",
 };
 
-enum class form : uint8_t { blocking, async, method };
+enum class form : uint8_t { blocking, async, method, persistent };
 
-constexpr const char* form_names[] = {"blocking", "async", "group method"};
+constexpr const char* form_names[] = {"blocking", "async", "group method",
+                                      "persistent op"};
 
 enum class outcome : uint8_t { success, invalid, unsupported, mismatch };
 
 constexpr const char* outcome_names[] = {"success", "invalid_argument",
                                          "unsupported", "mismatch"};
+
+/// Whether a form calls the group object (its method or a persistent op),
+/// where the in-place forms take the root from the options only.
+bool on_group_form(form how) {
+  return how == form::method || how == form::persistent;
+}
 
 /// One call as every rank draws it, with every rank's arguments.
 struct call {
@@ -500,7 +508,8 @@ call draw_common(rng_t& r, int n, op kind) {
   call c;
   c.kind = kind;
   c.world = n;
-  c.how = static_cast<form>(r.below(3));
+  // Point-to-point ops have no persistent form.
+  c.how = static_cast<form>(r.below(kind == op::p2p ? 3 : 4));
   c.recv_how = static_cast<form>(r.below(3));
   c.cuda = kind != op::barrier && r.chance(0.02);
   c.rop = r.chance(0.92) ? static_cast<uint8_t>(r.below(8))
@@ -774,7 +783,7 @@ bool locally_valid(const call& c, int r) {
       return rank_ok(c.dst[r], n) && c.dst[r] != r && good_buffer(in);
     }
     case op::broadcast:
-      if (c.in_place && c.how != form::method && c.option_root != 0 &&
+      if (c.in_place && !on_group_form(c.how) && c.option_root != 0 &&
           c.option_root != c.root)
         return false;
       if (!rank_ok(c.root, n) || !good_buffer(out) || !mi.well_formed)
@@ -782,7 +791,7 @@ bool locally_valid(const call& c, int r) {
       if (r != c.root && mi.numel == 0) return true;
       return good_buffer(in) && same_type && mo.numel == mi.numel;
     case op::reduce:
-      if (c.in_place && c.how != form::method && c.option_root != 0 &&
+      if (c.in_place && !on_group_form(c.how) && c.option_root != 0 &&
           c.option_root != c.root)
         return false;
       if (!rank_ok(c.root, n) || !good_buffer(in) || !mo.well_formed ||
@@ -927,6 +936,9 @@ struct stats {
   size_t redrawn = 0;
   size_t by_outcome[4] = {0, 0, 0, 0};
   size_t by_op[12] = {};
+  /// Refused and run calls of each form, collectives only.
+  size_t refused_by_form[4] = {};
+  size_t run_by_form[4] = {};
 };
 
 struct runner {
@@ -986,6 +998,17 @@ struct runner {
     }
   }
 
+  // A group method (form method), or the same call prepared as a
+  // persistent op and run once (form persistent): a call refused at
+  // preparation must come back refused, with nothing run.
+  template<class Method, class Prepare>
+  col::work on_group(form how, Method&& method, Prepare&& prepare) {
+    if (how != form::persistent) return method();
+    auto op = prepare();
+    if (!op) return col::work::completed(0, op.error());
+    return col::work::completed(0, op->run());
+  }
+
   caf::error run(const call& c, outcome expected, buffer& in, buffer& out) {
     bool refused = expected == outcome::invalid;
     const auto& iv = in.view;
@@ -1005,13 +1028,19 @@ struct runner {
               if (c.how == form::async)
                 return col::broadcast_async(iv, c.root, name, o);
               o.root = c.root;
-              return g->broadcast(iv, iv, o);
+              return on_group(
+                c.how, [&] { return g->broadcast(iv, iv, o); },
+                [&] { return g->prepare_broadcast(iv, iv, o); });
             });
         }
         o.root = c.root;
         return perform(
           c.how, refused, [&] { col::broadcast(iv, ov, name, o); },
-          [&] { return g->broadcast(iv, ov, o); });
+          [&] {
+            return on_group(
+              c.how, [&] { return g->broadcast(iv, ov, o); },
+              [&] { return g->prepare_broadcast(iv, ov, o); });
+          });
       }
       case op::reduce: {
         col::reduce_options o;
@@ -1025,13 +1054,19 @@ struct runner {
               if (c.how == form::async)
                 return col::reduce_async(iv, c.root, name, o);
               o.root = c.root;
-              return g->reduce(iv, iv, o);
+              return on_group(
+                c.how, [&] { return g->reduce(iv, iv, o); },
+                [&] { return g->prepare_reduce(iv, iv, o); });
             });
         }
         o.root = c.root;
         return perform(
           c.how, refused, [&] { col::reduce(iv, ov, name, o); },
-          [&] { return g->reduce(iv, ov, o); });
+          [&] {
+            return on_group(
+              c.how, [&] { return g->reduce(iv, ov, o); },
+              [&] { return g->prepare_reduce(iv, ov, o); });
+          });
       }
       case op::allreduce: {
         col::allreduce_options o;
@@ -1047,7 +1082,10 @@ struct runner {
               col::allreduce(iv, ov, name, o);
           },
           [&] {
-            if (c.how == form::method) return g->allreduce(iv, ov, o);
+            if (on_group_form(c.how))
+              return on_group(
+                c.how, [&] { return g->allreduce(iv, ov, o); },
+                [&] { return g->prepare_allreduce(iv, ov, o); });
             return c.in_place ? col::allreduce_async(iv, name, o)
                               : col::allreduce_async(iv, ov, name, o);
           });
@@ -1058,8 +1096,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::allgather(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::allgather_async(iv, ov, name, o)
-                                        : g->allgather(iv, ov, o);
+            return c.how == form::async
+                     ? col::allgather_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->allgather(iv, ov, o); },
+                         [&] { return g->prepare_allgather(iv, ov, o); });
           });
       }
       case op::allgatherv: {
@@ -1069,8 +1110,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::allgatherv(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::allgatherv_async(iv, ov, name, o)
-                                        : g->allgatherv(iv, ov, o);
+            return c.how == form::async
+                     ? col::allgatherv_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->allgatherv(iv, ov, o); },
+                         [&] { return g->prepare_allgatherv(iv, ov, o); });
           });
       }
       case op::gather: {
@@ -1080,8 +1124,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::gather(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::gather_async(iv, ov, name, o)
-                                        : g->gather(iv, ov, o);
+            return c.how == form::async
+                     ? col::gather_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->gather(iv, ov, o); },
+                         [&] { return g->prepare_gather(iv, ov, o); });
           });
       }
       case op::scatter: {
@@ -1091,8 +1138,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::scatter(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::scatter_async(iv, ov, name, o)
-                                        : g->scatter(iv, ov, o);
+            return c.how == form::async
+                     ? col::scatter_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->scatter(iv, ov, o); },
+                         [&] { return g->prepare_scatter(iv, ov, o); });
           });
       }
       case op::reduce_scatter: {
@@ -1104,7 +1154,9 @@ struct runner {
           [&] {
             return c.how == form::async
                      ? col::reduce_scatter_async(iv, ov, name, o)
-                     : g->reduce_scatter(iv, ov, o);
+                     : on_group(
+                         c.how, [&] { return g->reduce_scatter(iv, ov, o); },
+                         [&] { return g->prepare_reduce_scatter(iv, ov, o); });
           });
       }
       case op::alltoall: {
@@ -1113,8 +1165,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::alltoall(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::alltoall_async(iv, ov, name, o)
-                                        : g->alltoall(iv, ov, o);
+            return c.how == form::async
+                     ? col::alltoall_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->alltoall(iv, ov, o); },
+                         [&] { return g->prepare_alltoall(iv, ov, o); });
           });
       }
       case op::alltoallv: {
@@ -1125,8 +1180,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::alltoallv(iv, ov, name, o); },
           [&] {
-            return c.how == form::async ? col::alltoallv_async(iv, ov, name, o)
-                                        : g->alltoallv(iv, ov, o);
+            return c.how == form::async
+                     ? col::alltoallv_async(iv, ov, name, o)
+                     : on_group(
+                         c.how, [&] { return g->alltoallv(iv, ov, o); },
+                         [&] { return g->prepare_alltoallv(iv, ov, o); });
           });
       }
       case op::barrier: {
@@ -1135,8 +1193,11 @@ struct runner {
         return perform(
           c.how, refused, [&] { col::barrier(name, o); },
           [&] {
-            return c.how == form::async ? col::barrier_async(name, o)
-                                        : g->barrier(o);
+            return c.how == form::async
+                     ? col::barrier_async(name, o)
+                     : on_group(
+                         c.how, [&] { return g->barrier(o); },
+                         [&] { return g->prepare_barrier(o); });
           });
       }
     }
@@ -1377,6 +1438,10 @@ stats run_property(const std::string& name, uint64_t stream, int world,
           ++st.cases;
           ++st.by_outcome[static_cast<int>(*expected)];
           ++st.by_op[static_cast<int>(c.kind)];
+          if (c.kind != op::p2p)
+            ++(*expected == outcome::invalid
+                 ? st.refused_by_form
+                 : st.run_by_form)[static_cast<int>(c.how)];
           run.what = prefix + describe(c, rank) + " (expected " +
                      outcome_names[static_cast<int>(*expected)] + ")";
           auto call_seed = test::hash(seed, k, 99);
@@ -1433,10 +1498,16 @@ void report(const stats& st) {
   s += "; by op:";
   for (int i = 0; i < 12; ++i)
     s += std::string{" "} + op_names[i] + " " + std::to_string(st.by_op[i]);
+  s += "; collectives refused / run by form:";
+  for (int i = 0; i < 4; ++i)
+    s += std::string{" "} + form_names[i] + " " +
+         std::to_string(st.refused_by_form[i]) + " / " +
+         std::to_string(st.run_by_form[i]);
   MESSAGE(s);
 }
 
-/// Both valid and refused calls were made, of every kind asked for.
+/// Both valid and refused calls were made, of every kind asked for, and
+/// in every form.
 void check_coverage(const stats& st, std::initializer_list<op> kinds) {
   if (only_case()) return;
   CHECK(st.by_outcome[static_cast<int>(outcome::success)] * 5 >= st.cases);
@@ -1444,6 +1515,11 @@ void check_coverage(const stats& st, std::initializer_list<op> kinds) {
   for (auto kind : kinds) {
     INFO(op_names[static_cast<int>(kind)]);
     CHECK(st.by_op[static_cast<int>(kind)] > 0);
+  }
+  for (int how = 0; how < 4; ++how) {
+    INFO(form_names[how]);
+    CHECK(st.refused_by_form[how] > 0);
+    CHECK(st.run_by_form[how] > 0);
   }
 }
 
