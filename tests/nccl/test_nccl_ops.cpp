@@ -1,7 +1,8 @@
 // The NCCL backend on one rank (one GPU allows no more: NCCL refuses two
 // ranks of one communicator on one device): every op, every dtype, every
 // reduce op, in place and out of place, sizes 0, 1, odd and large; CUDA
-// tensors from tensor::empty/zeros/clone; what NCCL cannot do is refused.
+// tensors from tensor::empty/zeros/clone; persistent ops; what NCCL cannot
+// do is refused.
 #include <string>
 
 #include "nccl_test_support.hpp"
@@ -128,6 +129,36 @@ TEST_CASE("every reduce op NCCL has reduces every dtype on one rank") {
         CHECK(host_values(in) == expected);
       }
     }
+  }
+  CHECK_FALSE(g->broken());
+}
+
+TEST_CASE("persistent ops run again on the same CUDA buffers and follow "
+          "their contents") {
+  if (!gpu_present()) return;
+  auto g = solo_group("nccl_persistent");
+  const size_t n = 1000;
+  auto in = cuda_filled(col::dtype::float32, n, 0);
+  auto out = cuda_filled(col::dtype::float32, n, 0);
+  col::allreduce_options max;
+  max.op = col::reduce_op::max;
+  auto reduce = g->prepare_allreduce(in, out, max);
+  REQUIRE_MESSAGE(reduce, col::render(reduce.error()));
+  auto gather = g->prepare_allgather(in, out);
+  REQUIRE_MESSAGE(gather, col::render(gather.error()));
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    // New contents, same buffer: the ops read whatever it holds now.
+    auto values = pattern(col::dtype::float32, n, round + 1);
+    auto fresh = cuda_tensor(col::dtype::float32, values);
+    REQUIRE(cudaMemcpy(in.data(), fresh.data(), in.nbytes(),
+                       cudaMemcpyDeviceToDevice) == cudaSuccess);
+    auto err = round % 2 == 0 ? reduce->run() : reduce->start().wait();
+    CHECK(col::render(err) == "none");
+    CHECK(host_values(out) == values);
+    REQUIRE(cudaMemset(out.data(), 0, out.nbytes()) == cudaSuccess);
+    CHECK(col::render(gather->run()) == "none");
+    CHECK(host_values(out) == values);
   }
   CHECK_FALSE(g->broken());
 }
