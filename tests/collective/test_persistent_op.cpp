@@ -5,6 +5,7 @@
 #include <atomic>
 #include <latch>
 #include <numeric>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -293,4 +294,47 @@ TEST_CASE("a persistent op whose peer calls something else fails on both "
   });
   test::check_ranks(results);
   CHECK(expected_codes.load() >= (shm ? 2 : 1));
+}
+
+TEST_CASE("aborting the group ends a persistent op that waits for a peer "
+          "(shm: its run, Gloo: its started handle), and the broken group "
+          "refuses the next run") {
+  // Rank 1 joins but never runs the op; another thread aborts rank 0's
+  // group while its op waits. shm wakes a blocking run at once. Gloo cannot
+  // interrupt a collective it runs: a blocking run returns at its deadline
+  // (docs/api.md), but the handle of a started one completes at once.
+  bool shm = std::string_view{test::backend_under_test} == "shm";
+  std::latch rank0_done{1};
+  test::run_group(
+    2, "persistent-abort",
+    [&](int rank, rank_log& log) {
+      if (rank == 1) {
+        rank0_done.wait();
+        return;
+      }
+      auto g = col::get_group("persistent-abort");
+      auto x = col::tensor::from_vector(std::vector<int64_t>{1, 2, 3});
+      auto op = g->prepare_allreduce(x, x);
+      if (!op) {
+        log.fail("prepare failed: " + col::render(op.error()));
+        rank0_done.count_down();
+        return;
+      }
+      std::thread aborter{[g] {
+        std::this_thread::sleep_for(std::chrono::milliseconds{200});
+        g->abort("test stops the run");
+      }};
+      auto started = std::chrono::steady_clock::now();
+      auto err = shm ? op->run() : op->start().wait();
+      auto took = std::chrono::steady_clock::now() - started;
+      aborter.join();
+      test::expect_error_of(log, "aborted op", err, col::errc::aborted,
+                            {"persistent-abort", "test stops the run"});
+      log.expect(took < std::chrono::seconds{2},
+                 "the op waited for its 3 s deadline instead of the abort");
+      test::expect_error_of(log, "run on the broken group", op->run(),
+                            col::errc::aborted, {"broken"});
+      rank0_done.count_down();
+    },
+    std::chrono::seconds{3});
 }
