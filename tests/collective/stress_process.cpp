@@ -8,7 +8,8 @@
 //   stress-sub processes {1, 2, 3},    rank = process - 1
 // Every process derives the same op sequence per group from the shared seed,
 // submits it in batches of 1-8 operations with the _async API (the batches
-// of all its groups are in flight together), then waits for the batch and
+// of all its groups are in flight together; every third allreduce of a
+// process is a persistent op, started once), then waits for the batch and
 // checks every rank's output.
 //
 // Usage: collective_stress_process <process> <store dir> <seed> <total ops>
@@ -271,10 +272,19 @@ in_flight submit(const group_plan& plan, size_t index, int rank) {
         store_value(op.type, f.in.data(), i, small_value(g, index, rank, i));
       col::allreduce_options opts;
       opts.op = op.rop;
-      if (op.in_place) {
+      if (!op.in_place) f.out = make(op.type, op.count);
+      const auto& out = op.in_place ? f.in : f.out;
+      // Every third allreduce of a rank is a persistent op started once
+      // (rank-dependent, so ranks mix both forms in one op): both must
+      // take the same sequence number and agree on the wire.
+      if ((index + static_cast<size_t>(rank)) % 3 == 0) {
+        auto prepared =
+          col::get_group(name)->prepare_allreduce(f.in, out, opts);
+        if (!prepared) throw col::collective_error{prepared.error()};
+        f.works.push_back(prepared->start());
+      } else if (op.in_place) {
         f.works.push_back(col::allreduce_async(f.in, name, opts));
       } else {
-        f.out = make(op.type, op.count);
         f.works.push_back(col::allreduce_async(f.in, f.out, name, opts));
       }
       break;
