@@ -26,6 +26,7 @@ namespace caf_collective {
 namespace detail {
 class lane;
 class work_state;
+struct call_site;
 struct persistent_call;
 } // namespace detail
 
@@ -223,6 +224,9 @@ class group : public std::enable_shared_from_this<group> {
 
   /// One start of a persistent op, through submit.
   work start_persistent(const std::shared_ptr<detail::persistent_call>& call);
+
+  /// Where this member's argument checks say an op was called.
+  detail::call_site site_of(op_kind op) const;
 
   /// invalid_argument when a per-op timeout is out of range.
   caf::error check_op_timeout(op_kind op, milliseconds timeout) const;

@@ -196,6 +196,10 @@ error_context group::context(op_kind op, int64_t seq) const noexcept {
   return {cfg_.name, op, seq, cfg_.rank, cfg_.world_size};
 }
 
+detail::call_site group::site_of(op_kind op) const {
+  return {context(op, -1), cfg_.rank, cfg_.world_size};
+}
+
 template<class Fn>
 caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
                            bool started) {
@@ -332,267 +336,103 @@ bool group::start_without_blocking(
   return body.start(*backend_, call_of(seq, body.timeout), done);
 }
 
-template<class Body>
-caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
-                                            Body body) {
-  if (!validation) validation = check_op_timeout(op, body.timeout);
-  if (validation) return validation;
-  // The op outlives this call: it keeps its own copies of the arguments.
-  body.keep();
-  auto call = std::make_shared<detail::persistent_call>();
-  call->owner = shared_from_this();
-  call->op = op;
-  call->dev = body.dev;
-  call->type = body.type;
-  call->bytes = body.bytes;
-  call->timeout = body.timeout;
-  auto shared_body = std::make_shared<Body>(std::move(body));
-  call->run = [shared_body](backend& be, const op_call& c) {
-    return (*shared_body)(be, c);
-  };
-  if constexpr (Body::startable)
-    call->start = [shared_body](backend& be, const op_call& c,
-                                op_completion& done) {
-      return shared_body->start(be, c, done);
-    };
-  return persistent_op{std::move(call)};
-}
-
-caf::error
-group::run_persistent(const std::shared_ptr<detail::persistent_call>& call) {
-  uint64_t seq = 0;
-  bool claimed = false;
-  {
-    std::lock_guard<std::mutex> guard{submit_mtx_};
-    // Formation still running, ops queued or a destroyed group: the usual
-    // path below waits for the lane or reports the refusal.
-    if (!closed_ && lane_->try_claim()) {
-      claimed = true;
-      seq = next_seq_++;
-      history_.queued(seq, false, call->op, call->bytes, true);
-    }
-  }
-  if (!claimed) {
-    detail::run_inline_scope allow_inline;
-    return start_persistent(call).wait();
-  }
-  detail::lane::task_scope completions; // announced after the release
-  detail::persistent_body body{call};
-  auto err = run_body(call->op, seq, false, body, true);
-  lane_->release();
-  return err;
-}
-
-work group::start_persistent(
-  const std::shared_ptr<detail::persistent_call>& call) {
-  return submit(call->op, {}, detail::persistent_body{call}, *lane_);
-}
-
-#define CAF_COLLECTIVE_SITE(op)                 \
-  detail::call_site {                           \
-    context(op, -1), cfg_.rank, cfg_.world_size \
-  }
-
 work group::send(const tensor_view& in, send_options opts) {
-  return submit(
-    op_kind::send,
-    detail::check_send(CAF_COLLECTIVE_SITE(op_kind::send), in, opts),
-    detail::send_body(in, opts), *send_lane_);
+  return submit(op_kind::send,
+                detail::check_send(site_of(op_kind::send), in, opts),
+                detail::send_body(in, opts), *send_lane_);
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {
-  return submit(
-    op_kind::recv,
-    detail::check_recv(CAF_COLLECTIVE_SITE(op_kind::recv), out, opts),
-    detail::recv_body(out, opts), *lane_);
+  return submit(op_kind::recv,
+                detail::check_recv(site_of(op_kind::recv), out, opts),
+                detail::recv_body(out, opts), *lane_);
 }
 
 work group::broadcast(const tensor_view& in, const tensor_view& out,
                       broadcast_options opts) {
-  return submit(op_kind::broadcast,
-                detail::check_broadcast(CAF_COLLECTIVE_SITE(op_kind::broadcast),
-                                        in, out, opts),
-                detail::broadcast_body(in, out, opts), *lane_);
+  return submit(
+    op_kind::broadcast,
+    detail::check_broadcast(site_of(op_kind::broadcast), in, out, opts),
+    detail::broadcast_body(in, out, opts), *lane_);
 }
 
 work group::reduce(const tensor_view& in, const tensor_view& out,
                    reduce_options opts) {
-  return submit(
-    op_kind::reduce,
-    detail::check_reduce(CAF_COLLECTIVE_SITE(op_kind::reduce), in, out, opts),
-    detail::reduce_body(in, out, opts), *lane_);
+  return submit(op_kind::reduce,
+                detail::check_reduce(site_of(op_kind::reduce), in, out, opts),
+                detail::reduce_body(in, out, opts), *lane_);
 }
 
 work group::allreduce(const tensor_view& in, const tensor_view& out,
                       allreduce_options opts) {
-  return submit(op_kind::allreduce,
-                detail::check_allreduce(CAF_COLLECTIVE_SITE(op_kind::allreduce),
-                                        in, out, opts),
-                detail::allreduce_body(in, out, opts), *lane_);
+  return submit(
+    op_kind::allreduce,
+    detail::check_allreduce(site_of(op_kind::allreduce), in, out, opts),
+    detail::allreduce_body(in, out, opts), *lane_);
 }
 
 work group::allgather(const tensor_view& in, const tensor_view& out,
                       allgather_options opts) {
-  return submit(
-    op_kind::allgather,
-    detail::check_allgather(CAF_COLLECTIVE_SITE(op_kind::allgather), in, out),
-    detail::allgather_body(in, out, opts), *lane_);
+  return submit(op_kind::allgather,
+                detail::check_allgather(site_of(op_kind::allgather), in, out),
+                detail::allgather_body(in, out, opts), *lane_);
 }
 
 work group::allgatherv(const tensor_view& in, const tensor_view& out,
                        allgatherv_options opts) {
-  return submit(op_kind::allgatherv,
-                detail::check_allgatherv(
-                  CAF_COLLECTIVE_SITE(op_kind::allgatherv), in, out, opts),
-                detail::allgatherv_body(in, out, opts), *lane_);
+  return submit(
+    op_kind::allgatherv,
+    detail::check_allgatherv(site_of(op_kind::allgatherv), in, out, opts),
+    detail::allgatherv_body(in, out, opts), *lane_);
 }
 
 work group::gather(const tensor_view& in, const tensor_view& out,
                    gather_options opts) {
-  return submit(
-    op_kind::gather,
-    detail::check_gather(CAF_COLLECTIVE_SITE(op_kind::gather), in, out, opts),
-    detail::gather_body(in, out, opts), *lane_);
+  return submit(op_kind::gather,
+                detail::check_gather(site_of(op_kind::gather), in, out, opts),
+                detail::gather_body(in, out, opts), *lane_);
 }
 
 work group::scatter(const tensor_view& in, const tensor_view& out,
                     scatter_options opts) {
-  return submit(
-    op_kind::scatter,
-    detail::check_scatter(CAF_COLLECTIVE_SITE(op_kind::scatter), in, out, opts),
-    detail::scatter_body(in, out, opts), *lane_);
+  return submit(op_kind::scatter,
+                detail::check_scatter(site_of(op_kind::scatter), in, out, opts),
+                detail::scatter_body(in, out, opts), *lane_);
 }
 
 work group::reduce_scatter(const tensor_view& in, const tensor_view& out,
                            reduce_scatter_options opts) {
   return submit(op_kind::reduce_scatter,
-                detail::check_reduce_scatter(
-                  CAF_COLLECTIVE_SITE(op_kind::reduce_scatter), in, out, opts),
+                detail::check_reduce_scatter(site_of(op_kind::reduce_scatter),
+                                             in, out, opts),
                 detail::reduce_scatter_body(in, out, opts), *lane_);
 }
 
 work group::alltoall(const tensor_view& in, const tensor_view& out,
                      alltoall_options opts) {
-  return submit(
-    op_kind::alltoall,
-    detail::check_alltoall(CAF_COLLECTIVE_SITE(op_kind::alltoall), in, out),
-    detail::alltoall_body(in, out, opts), *lane_);
+  return submit(op_kind::alltoall,
+                detail::check_alltoall(site_of(op_kind::alltoall), in, out),
+                detail::alltoall_body(in, out, opts), *lane_);
 }
 
 work group::alltoallv(const tensor_view& in, const tensor_view& out,
                       alltoallv_options opts) {
-  return submit(op_kind::alltoallv,
-                detail::check_alltoallv(CAF_COLLECTIVE_SITE(op_kind::alltoallv),
-                                        in, out, opts),
-                detail::alltoallv_body(in, out, opts), *lane_);
+  return submit(
+    op_kind::alltoallv,
+    detail::check_alltoallv(site_of(op_kind::alltoallv), in, out, opts),
+    detail::alltoallv_body(in, out, opts), *lane_);
 }
 
 work group::barrier(barrier_options opts) {
-  return submit(
-    op_kind::barrier,
-    detail::check_timeout(CAF_COLLECTIVE_SITE(op_kind::barrier), opts),
-    detail::barrier_body(opts), *lane_);
+  return submit(op_kind::barrier,
+                detail::check_timeout(site_of(op_kind::barrier), opts),
+                detail::barrier_body(opts), *lane_);
 }
 
-// -- persistent ops ------------------------------------------------------
-
-caf::expected<persistent_op> group::prepare_broadcast(const tensor_view& in,
-                                                      const tensor_view& out,
-                                                      broadcast_options opts) {
-  return prepare(op_kind::broadcast,
-                 detail::check_broadcast(
-                   CAF_COLLECTIVE_SITE(op_kind::broadcast), in, out, opts),
-                 detail::broadcast_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_reduce(const tensor_view& in,
-                                                   const tensor_view& out,
-                                                   reduce_options opts) {
-  return prepare(
-    op_kind::reduce,
-    detail::check_reduce(CAF_COLLECTIVE_SITE(op_kind::reduce), in, out, opts),
-    detail::reduce_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_allreduce(const tensor_view& in,
-                                                      const tensor_view& out,
-                                                      allreduce_options opts) {
-  return prepare(op_kind::allreduce,
-                 detail::check_allreduce(
-                   CAF_COLLECTIVE_SITE(op_kind::allreduce), in, out, opts),
-                 detail::allreduce_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_allgather(const tensor_view& in,
-                                                      const tensor_view& out,
-                                                      allgather_options opts) {
-  return prepare(
-    op_kind::allgather,
-    detail::check_allgather(CAF_COLLECTIVE_SITE(op_kind::allgather), in, out),
-    detail::allgather_body(in, out, opts));
-}
-
-caf::expected<persistent_op>
-group::prepare_allgatherv(const tensor_view& in, const tensor_view& out,
-                          allgatherv_options opts) {
-  return prepare(op_kind::allgatherv,
-                 detail::check_allgatherv(
-                   CAF_COLLECTIVE_SITE(op_kind::allgatherv), in, out, opts),
-                 detail::allgatherv_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_gather(const tensor_view& in,
-                                                   const tensor_view& out,
-                                                   gather_options opts) {
-  return prepare(
-    op_kind::gather,
-    detail::check_gather(CAF_COLLECTIVE_SITE(op_kind::gather), in, out, opts),
-    detail::gather_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_scatter(const tensor_view& in,
-                                                    const tensor_view& out,
-                                                    scatter_options opts) {
-  return prepare(
-    op_kind::scatter,
-    detail::check_scatter(CAF_COLLECTIVE_SITE(op_kind::scatter), in, out, opts),
-    detail::scatter_body(in, out, opts));
-}
-
-caf::expected<persistent_op>
-group::prepare_reduce_scatter(const tensor_view& in, const tensor_view& out,
-                              reduce_scatter_options opts) {
-  return prepare(op_kind::reduce_scatter,
-                 detail::check_reduce_scatter(
-                   CAF_COLLECTIVE_SITE(op_kind::reduce_scatter), in, out, opts),
-                 detail::reduce_scatter_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_alltoall(const tensor_view& in,
-                                                     const tensor_view& out,
-                                                     alltoall_options opts) {
-  return prepare(
-    op_kind::alltoall,
-    detail::check_alltoall(CAF_COLLECTIVE_SITE(op_kind::alltoall), in, out),
-    detail::alltoall_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_alltoallv(const tensor_view& in,
-                                                      const tensor_view& out,
-                                                      alltoallv_options opts) {
-  return prepare(op_kind::alltoallv,
-                 detail::check_alltoallv(
-                   CAF_COLLECTIVE_SITE(op_kind::alltoallv), in, out, opts),
-                 detail::alltoallv_body(in, out, opts));
-}
-
-caf::expected<persistent_op> group::prepare_barrier(barrier_options opts) {
-  return prepare(
-    op_kind::barrier,
-    detail::check_timeout(CAF_COLLECTIVE_SITE(op_kind::barrier), opts),
-    detail::barrier_body(opts));
-}
-
-#undef CAF_COLLECTIVE_SITE
+// persistent_op.cpp runs persistent ops through these two.
+template caf::error group::run_body(op_kind, uint64_t, bool,
+                                    detail::persistent_body&, bool);
+template work group::submit(op_kind, caf::error, detail::persistent_body,
+                            detail::lane&);
 
 } // namespace caf_collective

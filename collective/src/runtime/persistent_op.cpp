@@ -1,10 +1,17 @@
+// Persistent ops: group::prepare_* (check once, copy the arguments, bind
+// them to the group), the group's run and start of a prepared op, and the
+// persistent_op handle.
 #include "caf_collective/persistent_op.hpp"
 
+#include <memory>
 #include <string>
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "runtime/lane.hpp"
+#include "runtime/op_bodies.hpp"
 #include "runtime/persistent_call.hpp"
+#include "runtime/validate.hpp"
 
 namespace caf_collective {
 
@@ -34,6 +41,158 @@ work persistent_op::start() {
   if (auto refused = refusal()) return work::completed(0, std::move(refused));
   call_->last = call_->owner->start_persistent(call_);
   return call_->last;
+}
+
+// -- the group's side ----------------------------------------------------
+
+template<class Body>
+caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
+                                            Body body) {
+  if (!validation) validation = check_op_timeout(op, body.timeout);
+  if (validation) return validation;
+  // The op outlives this call: it keeps its own copies of the arguments.
+  body.keep();
+  auto call = std::make_shared<detail::persistent_call>();
+  call->owner = shared_from_this();
+  call->op = op;
+  call->dev = body.dev;
+  call->type = body.type;
+  call->bytes = body.bytes;
+  call->timeout = body.timeout;
+  auto shared_body = std::make_shared<Body>(std::move(body));
+  call->run = [shared_body](backend& be, const op_call& c) {
+    return (*shared_body)(be, c);
+  };
+  if constexpr (Body::startable)
+    call->start = [shared_body](backend& be, const op_call& c,
+                                op_completion& done) {
+      return shared_body->start(be, c, done);
+    };
+  return persistent_op{std::move(call)};
+}
+
+caf::error
+group::run_persistent(const std::shared_ptr<detail::persistent_call>& call) {
+  uint64_t seq = 0;
+  bool claimed = false;
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    // Formation still running, ops queued or a destroyed group: the usual
+    // path below waits for the lane or reports the refusal.
+    if (!closed_ && lane_->try_claim()) {
+      claimed = true;
+      seq = next_seq_++;
+      history_.queued(seq, false, call->op, call->bytes, true);
+    }
+  }
+  if (!claimed) {
+    detail::run_inline_scope allow_inline;
+    return start_persistent(call).wait();
+  }
+  detail::lane::task_scope completions; // announced after the release
+  detail::persistent_body body{call};
+  auto err = run_body(call->op, seq, false, body, true);
+  lane_->release();
+  return err;
+}
+
+work group::start_persistent(
+  const std::shared_ptr<detail::persistent_call>& call) {
+  return submit(call->op, {}, detail::persistent_body{call}, *lane_);
+}
+
+// -- group::prepare_* -----------------------------------------------------
+
+caf::expected<persistent_op> group::prepare_broadcast(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      broadcast_options opts) {
+  return prepare(
+    op_kind::broadcast,
+    detail::check_broadcast(site_of(op_kind::broadcast), in, out, opts),
+    detail::broadcast_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_reduce(const tensor_view& in,
+                                                   const tensor_view& out,
+                                                   reduce_options opts) {
+  return prepare(op_kind::reduce,
+                 detail::check_reduce(site_of(op_kind::reduce), in, out, opts),
+                 detail::reduce_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_allreduce(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      allreduce_options opts) {
+  return prepare(
+    op_kind::allreduce,
+    detail::check_allreduce(site_of(op_kind::allreduce), in, out, opts),
+    detail::allreduce_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_allgather(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      allgather_options opts) {
+  return prepare(op_kind::allgather,
+                 detail::check_allgather(site_of(op_kind::allgather), in, out),
+                 detail::allgather_body(in, out, opts));
+}
+
+caf::expected<persistent_op>
+group::prepare_allgatherv(const tensor_view& in, const tensor_view& out,
+                          allgatherv_options opts) {
+  return prepare(
+    op_kind::allgatherv,
+    detail::check_allgatherv(site_of(op_kind::allgatherv), in, out, opts),
+    detail::allgatherv_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_gather(const tensor_view& in,
+                                                   const tensor_view& out,
+                                                   gather_options opts) {
+  return prepare(op_kind::gather,
+                 detail::check_gather(site_of(op_kind::gather), in, out, opts),
+                 detail::gather_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_scatter(const tensor_view& in,
+                                                    const tensor_view& out,
+                                                    scatter_options opts) {
+  return prepare(
+    op_kind::scatter,
+    detail::check_scatter(site_of(op_kind::scatter), in, out, opts),
+    detail::scatter_body(in, out, opts));
+}
+
+caf::expected<persistent_op>
+group::prepare_reduce_scatter(const tensor_view& in, const tensor_view& out,
+                              reduce_scatter_options opts) {
+  return prepare(op_kind::reduce_scatter,
+                 detail::check_reduce_scatter(site_of(op_kind::reduce_scatter),
+                                              in, out, opts),
+                 detail::reduce_scatter_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_alltoall(const tensor_view& in,
+                                                     const tensor_view& out,
+                                                     alltoall_options opts) {
+  return prepare(op_kind::alltoall,
+                 detail::check_alltoall(site_of(op_kind::alltoall), in, out),
+                 detail::alltoall_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_alltoallv(const tensor_view& in,
+                                                      const tensor_view& out,
+                                                      alltoallv_options opts) {
+  return prepare(
+    op_kind::alltoallv,
+    detail::check_alltoallv(site_of(op_kind::alltoallv), in, out, opts),
+    detail::alltoallv_body(in, out, opts));
+}
+
+caf::expected<persistent_op> group::prepare_barrier(barrier_options opts) {
+  return prepare(op_kind::barrier,
+                 detail::check_timeout(site_of(op_kind::barrier), opts),
+                 detail::barrier_body(opts));
 }
 
 } // namespace caf_collective
