@@ -29,7 +29,7 @@ class work {
   /// The group sequence number the operation runs under.
   uint64_t seq() const noexcept;
 
-  bool valid() const noexcept { return state_ != nullptr; }
+  bool valid() const noexcept { return state_ != nullptr || done_here_; }
 
   /// Whether the operation has finished (successfully or not).
   bool ready() const;
@@ -49,7 +49,13 @@ class work {
   void on_complete(callback fn) const;
 
  private:
+  // Set while the op may still be running, shared by the copies.
   std::shared_ptr<detail::work_state> state_;
+  // A handle complete before it was returned (a refused op, or one run on
+  // the caller's thread) holds its result itself: no allocation, no lock.
+  bool done_here_ = false;
+  uint64_t seq_here_ = 0;
+  caf::error err_here_;
 };
 
 } // namespace caf_collective

@@ -248,6 +248,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   };
   bool run_here = false;
   bool start_here = false;
+  uint64_t seq = 0;
   {
     // Sequence numbers follow lane order, so both are taken together.
     std::lock_guard<std::mutex> guard{submit_mtx_};
@@ -256,8 +257,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         0, make_error(errc::aborted, context(op, -1),
                       "the group was destroyed; this handle runs nothing "
                       "more (initialize the group again)"));
-    state =
-      std::make_shared<detail::work_state>(p2p ? next_p2p_seq_++ : next_seq_++);
+    seq = p2p ? next_p2p_seq_++ : next_seq_++;
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
     // Any other caller may still start an op that needs no waiting on its
@@ -267,23 +267,30 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     else if constexpr (Fn::startable)
       start_here = target.try_claim();
     // abort() ends the tracked ops for whoever waits on their handles. An
-    // op run here has no such waiter: its caller is inside it, and the
-    // backend's abort ends it.
-    if (!run_here) track_pending(state, op, p2p);
+    // op run here has no such waiter and needs no shared state: its caller
+    // is inside it, and the backend's abort ends it (Gloo's only at the
+    // op's deadline).
+    if (!run_here) {
+      state = std::make_shared<detail::work_state>(seq);
+      track_pending(state, op, p2p);
+    }
     // An op run here starts now: one history entry instead of two.
-    history_.queued(state->seq(), p2p, op, body.bytes, run_here);
+    history_.queued(seq, p2p, op, body.bytes, run_here);
     if (!run_here && !start_here) post();
   }
   if (run_here) {
-    detail::lane::task_scope completions; // announced after the release
-    run_task(state, op, p2p, body, true);
-    target.release();
-  } else if (start_here) {
-    if (!start_without_blocking(state, op, p2p, body, target)) {
-      // Posted before letting go of the lane: it stays in order.
-      post();
+    caf::error err;
+    {
+      detail::lane::task_scope completions; // announced after the release
+      err = run_body(op, seq, p2p, body, true);
       target.release();
     }
+    return work::completed(seq, std::move(err));
+  }
+  if (start_here && !start_without_blocking(state, op, p2p, body, target)) {
+    // Posted before letting go of the lane: it stays in order.
+    post();
+    target.release();
   }
   return work{state};
 }

@@ -28,21 +28,24 @@ work::work(std::shared_ptr<detail::work_state> state)
 }
 
 work work::completed(uint64_t seq, caf::error err) {
-  auto state = std::make_shared<detail::work_state>(seq);
-  state->complete(std::move(err));
-  return work{std::move(state)};
+  work result;
+  result.done_here_ = true;
+  result.seq_here_ = seq;
+  result.err_here_ = std::move(err);
+  return result;
 }
 
 uint64_t work::seq() const noexcept {
+  if (done_here_) return seq_here_;
   return state_ ? state_->seq() : 0;
 }
 
 bool work::ready() const {
-  return state_->done();
+  return done_here_ || state_->done();
 }
 
 caf::error work::wait() const {
-  // An op run on the caller is over before its handle is returned.
+  if (done_here_) return err_here_;
   if (!state_->done()) {
     std::unique_lock<std::mutex> guard{state_->mtx_};
     state_->cv_.wait(guard, [this] { return state_->done(); });
@@ -51,13 +54,17 @@ caf::error work::wait() const {
 }
 
 bool work::wait_for(std::chrono::milliseconds timeout) const {
-  if (state_->done()) return true;
+  if (done_here_ || state_->done()) return true;
   std::unique_lock<std::mutex> guard{state_->mtx_};
   return state_->cv_.wait_for(guard, timeout,
                               [this] { return state_->done(); });
 }
 
 void work::on_complete(callback fn) const {
+  if (done_here_) {
+    fn(err_here_);
+    return;
+  }
   {
     std::lock_guard<std::mutex> guard{state_->mtx_};
     if (!state_->done()) {
