@@ -7,6 +7,9 @@
 #include <numeric>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "test_support.hpp"
 
 namespace col = caf_collective;
@@ -334,6 +337,60 @@ TEST_CASE("aborting the group ends a persistent op that waits for a peer "
                  "the op waited for its 3 s deadline instead of the abort");
       test::expect_error_of(log, "run on the broken group", op->run(),
                             col::errc::aborted, {"broken"});
+      rank0_done.count_down();
+    },
+    std::chrono::seconds{3});
+}
+
+TEST_CASE("shm: an abort reaches a run that waits on a CPU shared with a "
+          "busy thread and with the missing rank") {
+  if (std::string_view{test::backend_under_test} != "shm") return;
+  // Everything on one CPU: the waiting rank, the rank that never comes
+  // (it last ran there, so the waiter yields on every spin) and a busy
+  // loop that takes each yielded time slice. A spin that counted only
+  // iterations took seconds here and saw no abort meanwhile.
+  cpu_set_t one_cpu;
+  CPU_ZERO(&one_cpu);
+  CPU_SET(sched_getcpu(), &one_cpu);
+  auto pin = [&one_cpu] {
+    pthread_setaffinity_np(pthread_self(), sizeof one_cpu, &one_cpu);
+  };
+  std::latch rank0_done{1};
+  test::run_group(
+    2, "persistent-crowded",
+    [&](int rank, rank_log& log) {
+      pin();
+      if (rank == 1) {
+        rank0_done.wait();
+        return;
+      }
+      std::atomic<bool> stop{false};
+      std::thread busy{[&] {
+        pin();
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+      }};
+      auto g = col::get_group("persistent-crowded");
+      auto x = col::tensor::from_vector(std::vector<int64_t>{1});
+      auto op = g->prepare_allreduce(x, x);
+      std::thread aborter{[g] {
+        std::this_thread::sleep_for(std::chrono::milliseconds{200});
+        g->abort("test stops the run");
+      }};
+      auto started = std::chrono::steady_clock::now();
+      auto err = op ? op->run() : op.error();
+      auto took = std::chrono::steady_clock::now() - started;
+      stop = true;
+      busy.join();
+      aborter.join();
+      test::expect_error_of(log, "aborted op", err, col::errc::aborted,
+                            {"test stops the run"});
+      log.expect(took < std::chrono::seconds{2},
+                 "the run took " +
+                   std::to_string(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(took)
+                       .count()) +
+                   " ms, not ending at the abort");
       rank0_done.count_down();
     },
     std::chrono::seconds{3});

@@ -25,6 +25,13 @@ namespace {
 // do not burn their time slices (measured in docs/benchmarks.md).
 constexpr int spin_iterations = 2000;
 
+// The spin's limit in time. With other threads ready on this CPU a yield
+// may hand over a whole time slice: 2000 of them (a missing rank last ran
+// here, so every iteration yields) took 4 s under two busy loops, past the
+// op's 3 s deadline, and the spin looks for neither aborts, dead peers nor
+// the deadline. Unloaded, the spin takes about 100 us.
+constexpr auto spin_limit = std::chrono::microseconds{200};
+
 // A sleeping waiter wakes at least this often to check the deadline, the
 // abort mark and whether its peers are alive.
 constexpr auto sleep_slice = std::chrono::milliseconds{20};
@@ -172,16 +179,20 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
                                    op_kind op, const op_call* call,
                                    clock::time_point deadline,
                                    const bool* yield_now) {
+  auto spin_until = clock::now() + spin_limit;
   for (int i = 0; i < spin_iterations; ++i) {
     if (ready()) {
       take_announcements();
       return {};
     }
-    // A peer on this CPU cannot arrive while we spin: let it run.
-    if ((yield_now != nullptr && *yield_now) || i % 64 == 63)
+    // A peer on this CPU cannot arrive while we spin: let it run. The
+    // clock is read only after a yield, the part that may take long.
+    if ((yield_now != nullptr && *yield_now) || i % 64 == 63) {
       std::this_thread::yield();
-    else
+      if (clock::now() >= spin_until) break;
+    } else {
       cpu_relax();
+    }
   }
   auto& h = seg_.header();
   for (;;) {
