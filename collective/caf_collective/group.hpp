@@ -217,12 +217,7 @@ class group : public std::enable_shared_from_this<group> {
   caf::expected<persistent_op> prepare(op_kind op, caf::error validation,
                                        Body body);
 
-  /// One run of a persistent op: on the calling thread when the lane is
-  /// idle, else through submit (and waits for it).
-  caf::error
-  run_persistent(const std::shared_ptr<detail::persistent_call>& call);
-
-  /// One start of a persistent op, through submit.
+  /// One run or start of a persistent op, through submit.
   work start_persistent(const std::shared_ptr<detail::persistent_call>& call);
 
   /// Where this member's argument checks say an op was called.

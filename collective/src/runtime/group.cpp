@@ -436,9 +436,7 @@ work group::barrier(barrier_options opts) {
                 detail::barrier_body(opts), *lane_);
 }
 
-// persistent_op.cpp runs persistent ops through these two.
-template caf::error group::run_body(op_kind, uint64_t, bool,
-                                    detail::persistent_body&, bool);
+// persistent_op.cpp submits persistent ops through this one.
 template work group::submit(op_kind, caf::error, detail::persistent_body,
                             detail::lane&);
 

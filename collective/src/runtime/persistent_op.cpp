@@ -34,7 +34,10 @@ caf::error persistent_op::refusal() const {
 
 caf::error persistent_op::run() {
   if (auto refused = refusal()) return refused;
-  return call_->owner->run_persistent(call_);
+  // A blocking caller: submit runs the op on this thread when the lane is
+  // idle, without allocating its handle, else queues it and we wait.
+  detail::run_inline_scope allow_inline;
+  return call_->owner->start_persistent(call_).wait();
 }
 
 work persistent_op::start() {
@@ -69,31 +72,6 @@ caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
       return shared_body->start(be, c, done);
     };
   return persistent_op{std::move(call)};
-}
-
-caf::error
-group::run_persistent(const std::shared_ptr<detail::persistent_call>& call) {
-  uint64_t seq = 0;
-  bool claimed = false;
-  {
-    std::lock_guard<std::mutex> guard{submit_mtx_};
-    // Formation still running, ops queued or a destroyed group: the usual
-    // path below waits for the lane or reports the refusal.
-    if (!closed_ && lane_->try_claim()) {
-      claimed = true;
-      seq = next_seq_++;
-      history_.queued(seq, false, call->op, call->bytes, true);
-    }
-  }
-  if (!claimed) {
-    detail::run_inline_scope allow_inline;
-    return start_persistent(call).wait();
-  }
-  detail::lane::task_scope completions; // announced after the release
-  detail::persistent_body body{call};
-  auto err = run_body(call->op, seq, false, body, true);
-  lane_->release();
-  return err;
 }
 
 work group::start_persistent(
