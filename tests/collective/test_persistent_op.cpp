@@ -156,7 +156,9 @@ void persistent_against_one_off(int world) {
         log.fail(what + ": prepare failed: " + col::render(op.error()));
         continue;
       }
-      log.expect(op->op() != col::op_kind::send, what + ": wrong op kind");
+      log.expect(col::to_string(op->op()) == c.name,
+                 what + ": the prepared op says it is " +
+                   std::string{col::to_string(op->op())});
       for (int round = 0; round < rounds; ++round) {
         test::fill_pattern(in, rank, 0, uint64_t(round + 1));
         test::poison(got);
