@@ -11,7 +11,8 @@
 //             (float sums in rank order) and, for data movement, right
 //   matrix    allreduce, reduce and reduce_scatter of every dtype and
 //             reduce op against the reference of test_support.hpp, at sizes
-//             of the small path and of the large paths, at sizes that
+//             of the small path and of the large paths (single copy and
+//             staged), at sizes that
 //             take several staged rounds, and at sizes whose results are
 //             streamed past the caches
 //   victim    root of 8 MiB broadcasts (single copy) until it is killed
@@ -118,13 +119,23 @@ std::vector<col::tensor> run_path_ops(int world, int rank,
   col::reduce_scatter(rs_in, rs_out, g);
   results.push_back(std::move(rs_out));
   // reduce to rank 1, float32.
-  auto r_in = test::make_tensor(col::dtype::float32, 300001);
-  fill_rough(r_in, rank);
-  auto r_out = test::make_tensor(col::dtype::float32, 300001);
   col::reduce_options ropts;
   ropts.root = 1;
-  col::reduce(r_in, r_out, g, ropts);
-  if (rank == 1) results.push_back(std::move(r_out));
+  // 300001 elements (staged on both groups) and 24001 (96 KB: single copy
+  // where the kernel allows it, shm_backend.hpp's single_copy_range).
+  for (size_t count : {size_t{300001}, size_t{24001}}) {
+    auto r_in = test::make_tensor(col::dtype::float32, count);
+    fill_rough(r_in, rank);
+    auto r_out = test::make_tensor(col::dtype::float32, count);
+    col::reduce(r_in, r_out, g, ropts);
+    if (rank == 1) results.push_back(std::move(r_out));
+  }
+  // reduce_scatter of 96 KB inputs at 3 ranks: single copy where allowed.
+  auto small_rs_in = test::make_tensor(col::dtype::float32, 8001 * w);
+  fill_rough(small_rs_in, rank);
+  auto small_rs_out = test::make_tensor(col::dtype::float32, 8001);
+  col::reduce_scatter(small_rs_in, small_rs_out, g);
+  results.push_back(std::move(small_rs_out));
   // Data movement, checked against the pattern too. allgather: 4.4 MB per
   // rank, two staged rounds of a 4 MiB area.
   constexpr size_t m = 1100007;
@@ -235,9 +246,13 @@ void run_paths(int world, int rank, const std::string& dir,
 }
 
 void run_matrix(int world, int rank, const std::string& g) {
-  // 5: the small path (one step); 65537: single copy or staged.
-  for (size_t count : {size_t{5}, size_t{65537}})
-    for (auto t : col::all_dtypes)
+  // 5: the small path (one step); 65537: staged (allreduce always, and
+  // inputs of reduce and reduce_scatter over 128 KiB at 3 ranks); inputs
+  // of 96 KiB + 3 elements: single copy for reduce and reduce_scatter
+  // where the kernel allows it (shm_backend.hpp, single_copy_range).
+  for (auto t : col::all_dtypes)
+    for (size_t count :
+         {size_t{5}, size_t{65537}, (size_t{32} << 10) / col::size_of(t) + 1})
       for (auto op : col::all_reduce_ops)
         if (col::is_defined(op, t))
           test::check_reductions(checks, world, rank, g, t, op, count);

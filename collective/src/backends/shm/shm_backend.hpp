@@ -54,15 +54,29 @@
 
 namespace caf_collective::detail::shm {
 
-/// Across processes, ops whose largest contribution has between these
-/// many bytes move by single copy (where the kernel allows it), others by
-/// the staged copy. Below: two memcpys cost less than the system calls.
-/// Above: the buffers no longer fit in the caches, and the staged copy,
-/// whose memcpy writes past the caches (non-temporal stores) into a
-/// segment area that stays cached, measured faster than the kernel's copy
-/// (docs/benchmarks.md, "Single copy against staged copy").
-inline constexpr size_t single_copy_min_bytes = size_t{64} << 10;
-inline constexpr size_t single_copy_max_bytes = size_t{8} << 20;
+/// Across processes, an op whose largest contribution has between `min`
+/// and `max` bytes moves by single copy (where the kernel allows it),
+/// others by the staged copy.
+struct byte_range {
+  size_t min;
+  size_t max;
+  bool holds(size_t bytes) const noexcept {
+    return bytes >= min && bytes <= max;
+  }
+};
+
+/// The single-copy range of op `op` in a group of `world_size` ranks.
+/// Ops that copy (broadcast, gather, scatter, allgather(v), alltoall(v)):
+/// 64 KiB to 8 MiB. Below, two memcpys cost less than the system calls;
+/// above, the buffers no longer fit in the caches, and the staged copy,
+/// whose memcpy writes past the caches into a segment area that stays
+/// cached, measured faster than the kernel's copy. Reductions save no copy
+/// by it: a peer's block is pulled into scratch and reduced from there,
+/// where staged it is copied into the area and reduced from there. They
+/// pay the system calls and lose the staged path's pipelining, so only
+/// small reduce_scatter and reduce use it, where measured faster; allreduce
+/// never does (docs/benchmarks.md, "Single copy per op").
+byte_range single_copy_range(op_kind op, int world_size) noexcept;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
 inline constexpr size_t single_copy_block_elements = 32768;
@@ -264,9 +278,9 @@ class shm_backend : public backend {
   /// agreement failure `mismatch` if not empty.
   void serve_arrivals(uint64_t target, const std::string& mismatch);
 
-  /// The path of an op whose largest contribution of any rank is `longest`
-  /// bytes (the same on every rank once they agreed).
-  path path_for(size_t longest) const noexcept;
+  /// The path of op `op` whose largest contribution of any rank is
+  /// `longest` bytes (the same on every rank once they agreed).
+  path path_for(op_kind op, size_t longest) const noexcept;
 
   /// Waits until `ready()` holds. `laggards()` names the ranks still
   /// missing (for errors and liveness checks). While `*yield_now` (set by

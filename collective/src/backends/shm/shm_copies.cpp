@@ -51,7 +51,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                                    size_t mine_bytes, size_t longest,
                                    std::span<const need> needs,
                                    std::byte* out) {
-  st.how = path_for(longest);
+  st.how = path_for(st.op, longest);
   for (const auto& n : needs)
     if (n.peer == rank_ && n.bytes > 0 &&
         out + n.dst_offset != mine + n.src_offset)
@@ -224,7 +224,7 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
               {}, payload_of(source_view)))
     return err;
   auto block = in.nbytes() / size_t(world_size_);
-  st.how = path_for(in.nbytes());
+  st.how = path_for(st.op, in.nbytes());
   if (st.how == path::staged)
     return staged_alltoall(st, bytes_of(source_view), block, bytes_of(out));
   auto& needs = needs_; // reused: no allocation per call once grown

@@ -198,7 +198,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
         {}, payload_of(in)))
     return err;
   auto es = size_of(in.type());
-  st.how = path_for(n * es);
+  st.how = path_for(st.op, n * es);
   // Small: every rank reduces everything from the slots, in rank order.
   if (st.how == path::small)
     return reduce_range(st, 0, 0, n, in.type(), opts.op, bytes_of(out));
@@ -287,7 +287,7 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
                        payload_of(in)))
     return err;
   auto es = size_of(in.type());
-  st.how = path_for(n * es);
+  st.how = path_for(st.op, n * es);
   // The elements this rank reduces.
   size_t want_first = 0;
   size_t want_count = 0;

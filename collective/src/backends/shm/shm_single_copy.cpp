@@ -77,10 +77,15 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
     acc_.resize(16 * single_copy_block_elements);
     tmp_.resize(8 * single_copy_block_elements);
     pulled_.resize(8 * single_copy_block_elements);
+    auto copies = single_copy_range(op_kind::allgather, world_size_);
+    auto scatters = single_copy_range(op_kind::reduce_scatter, world_size_);
+    auto reduces = single_copy_range(op_kind::reduce, world_size_);
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
-             "of {} to {} bytes move by single copy (process_vm_readv)",
-             group_name_, rank_, world_size_, single_copy_min_bytes,
-             single_copy_max_bytes);
+             "move by single copy (process_vm_readv) at {} to {} bytes for "
+             "ops that copy, {} to {} for reduce_scatter, {} to {} for "
+             "reduce, staged otherwise and for allreduce",
+             group_name_, rank_, world_size_, copies.min, copies.max,
+             scatters.min, scatters.max, reduces.min, reduces.max);
   } else {
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
              "move by staged copy through the segment (no single copy: "
