@@ -210,8 +210,31 @@ class shm_backend : public backend {
     clock::time_point deadline;
     uint64_t first_epoch = 0;
     path how = path::staged;
+    /// Staged: round 0's staging was done before begin(), whose step then
+    /// also serves as round 0's first step (stage_ahead).
+    bool staged_ahead = false;
     int parity() const noexcept { return int(first_epoch % 2); }
   };
+
+  /// Sets `st.how` for an op whose longest contribution is `longest`
+  /// bytes, and when that is the staged copy runs `stage` (round 0's
+  /// staging into this rank's areas) at once, before the op's first step:
+  /// begin()'s step then publishes it, one step per op fewer. The areas are
+  /// free: every rank finished reading them before the previous op's last
+  /// step. A rank whose peers called another op wrote only its own areas,
+  /// which nobody reads before they agree.
+  template<class Stage>
+  void stage_ahead(op_state& st, size_t longest, Stage&& stage) {
+    st.how = path_for(st.op, longest);
+    if (st.how != path::staged) return;
+    stage();
+    st.staged_ahead = true;
+  }
+
+  /// Whether round `c` of a staged op still has to stage and step.
+  static bool stages_round(const op_state& st, size_t c) noexcept {
+    return !(c == 0 && st.staged_ahead);
+  }
 
   // -- synchronization (shm_sync.cpp) ----------------------------------------
 
@@ -393,6 +416,24 @@ class shm_backend : public backend {
   /// window of every block at once.
   void stage_block_windows(const std::byte* mine, size_t block, size_t window,
                            size_t first, size_t bytes) noexcept;
+
+  /// Round 0's staging of the copy ops (allgather, and the pipelined
+  /// broadcast, scatter and gather): the first window of `mine` into area A.
+  void stage_first_window(const std::byte* mine, size_t mine_bytes) noexcept;
+
+  /// Round `c`'s staging of a staged alltoall, allreduce (`n` elements of
+  /// `es` bytes) and reduce_scatter (`block` elements per rank).
+  size_t alltoall_window() const noexcept; // bytes of a block per round
+  void stage_alltoall_round(const std::byte* mine, size_t block,
+                            size_t c) noexcept;
+  void stage_allreduce_round(const std::byte* in, size_t n, size_t es,
+                             size_t c) noexcept;
+  void stage_reduce_scatter_round(const std::byte* in, size_t block, size_t es,
+                                  size_t c) noexcept;
+  /// Elements of `es` bytes per round of a staged reduce / of every block
+  /// per round of a staged reduce_scatter.
+  size_t reduce_window(size_t es) const noexcept;
+  size_t reduce_scatter_window(size_t es) const noexcept;
 
   /// alltoall of `block` bytes per rank by staged copy: see
   /// shm_copies.cpp.

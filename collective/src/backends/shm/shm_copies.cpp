@@ -75,7 +75,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
   for (size_t c = 0; c < rounds; ++c) {
     auto start = c * chunk;
     auto end = start + chunk;
-    if (st.how == path::staged) {
+    if (st.how == path::staged && stages_round(st, c)) {
       // Staged: this round's window of the contribution goes to area A.
       if (start < mine_bytes)
         std::memcpy(seg_.area(rank_, 0), mine + start,
@@ -102,6 +102,13 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
   return {};
 }
 
+void shm_backend::stage_first_window(const std::byte* mine,
+                                     size_t mine_bytes) noexcept {
+  if (mine_bytes > 0)
+    std::memcpy(seg_.area(rank_, 0), mine,
+                std::min(seg_.area_bytes(), mine_bytes));
+}
+
 // Staged copies of a rooted op, pipelined over the rank's two areas: in
 // round c every rank stages window c of its contribution in area c % 2
 // while its peers' window c - 1 is copied out of their other area, then
@@ -119,7 +126,8 @@ caf::error shm_backend::pipelined_copies(op_state& st, const std::byte* mine,
                                          std::byte* out) {
   auto chunk = seg_.area_bytes();
   auto rounds = std::max<size_t>(1, (longest + chunk - 1) / chunk);
-  for (size_t c = 0; c <= rounds; ++c) {
+  // Round 0 only stages: done already if staged ahead.
+  for (size_t c = st.staged_ahead ? 1 : 0; c <= rounds; ++c) {
     auto start = c * chunk;
     if (c < rounds && start < mine_bytes)
       std::memcpy(seg_.area(rank_, int(c % 2)), mine + start,
@@ -147,6 +155,9 @@ caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
   op_state st{op_kind::broadcast, &call, clock::now() + call.timeout};
   bool root = rank_ == opts.root;
   const auto& src = root ? in : out;
+  stage_ahead(st, out.nbytes(), [&] {
+    if (root) stage_first_window(bytes_of(in), in.nbytes());
+  });
   if (auto err = begin(
         st,
         make_notice(
@@ -177,6 +188,8 @@ caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
                                       const tensor_view& in,
                                       const tensor_view& out, int root) {
   op_state st{op, &call, clock::now() + call.timeout};
+  stage_ahead(st, in.nbytes(),
+              [&] { stage_first_window(bytes_of(in), in.nbytes()); });
   if (auto err =
         begin(st,
               make_notice(op, in, out, in.numel(), root, reduce_op::sum,
@@ -197,6 +210,10 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
                                 const scatter_options& opts) {
   op_state st{op_kind::scatter, &call, clock::now() + call.timeout};
   bool root = rank_ == opts.root;
+  auto block = out.nbytes();
+  stage_ahead(st, block * size_t(world_size_), [&] {
+    if (root) stage_first_window(bytes_of(in), in.nbytes());
+  });
   if (auto err =
         begin(st,
               make_notice(
@@ -205,7 +222,6 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
                 key_of(op_kind::scatter, out.type(), out.numel(), opts.root)),
               {}, root ? payload_of(in) : std::span<const std::byte>{}))
     return err;
-  auto block = out.nbytes();
   need mine{opts.root, size_t(rank_) * block, block, 0};
   return run_copies(st, root ? bytes_of(in) : nullptr, root ? in.nbytes() : 0,
                     block * size_t(world_size_), {&mine, 1}, bytes_of(out));
@@ -216,6 +232,9 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                                  const alltoall_options&) {
   op_state st{op_kind::alltoall, &call, clock::now() + call.timeout};
   auto source_view = contribution_of(in, out);
+  auto block = in.nbytes() / size_t(world_size_);
+  stage_ahead(st, in.nbytes(),
+              [&] { stage_alltoall_round(bytes_of(source_view), block, 0); });
   if (auto err =
         begin(st,
               make_notice(op_kind::alltoall, source_view, out, in.numel(), -1,
@@ -223,8 +242,6 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                           key_of(op_kind::alltoall, in.type(), in.numel())),
               {}, payload_of(source_view)))
     return err;
-  auto block = in.nbytes() / size_t(world_size_);
-  st.how = path_for(st.op, in.nbytes());
   if (st.how == path::staged)
     return staged_alltoall(st, bytes_of(source_view), block, bytes_of(out));
   auto& needs = needs_; // reused: no allocation per call once grown
@@ -245,6 +262,18 @@ void shm_backend::stage_block_windows(const std::byte* mine, size_t block,
                   bytes);
 }
 
+size_t shm_backend::alltoall_window() const noexcept {
+  return std::max<size_t>(1, seg_.area_bytes() / size_t(world_size_));
+}
+
+void shm_backend::stage_alltoall_round(const std::byte* mine, size_t block,
+                                       size_t c) noexcept {
+  auto window = alltoall_window();
+  auto first = c * window;
+  stage_block_windows(mine, block, window, first,
+                      std::min(window, block - std::min(block, first)));
+}
+
 // Staged alltoall, like staged reduce_scatter: round c moves window c of
 // every block at once, so every rank copies out in every round, and no
 // rank stages the block it keeps. (Rounds over the flat input staged that
@@ -254,13 +283,15 @@ caf::error shm_backend::staged_alltoall(op_state& st, const std::byte* mine,
   auto own = size_t(rank_) * block;
   if (block > 0 && out + own != mine + own)
     std::memmove(out + own, mine + own, block);
-  auto window = std::max<size_t>(1, seg_.area_bytes() / size_t(world_size_));
+  auto window = alltoall_window();
   auto rounds = std::max<size_t>(1, (block + window - 1) / window);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * window;
     auto bytes = std::min(window, block - std::min(block, first));
-    stage_block_windows(mine, block, window, first, bytes);
-    if (auto err = step(st)) return err;
+    if (stages_round(st, c)) {
+      stage_alltoall_round(mine, block, c);
+      if (auto err = step(st)) return err;
+    }
     for (int p = 0; p < world_size_; ++p)
       if (p != rank_)
         std::memcpy(out + size_t(p) * block + first,

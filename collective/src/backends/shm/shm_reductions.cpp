@@ -191,14 +191,15 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                                   const allreduce_options& opts) {
   op_state st{op_kind::allreduce, &call, clock::now() + call.timeout};
   auto n = in.numel();
+  auto es = size_of(in.type());
+  stage_ahead(st, n * es,
+              [&] { stage_allreduce_round(bytes_of(in), n, es, 0); });
   if (auto err = begin(
         st,
         make_notice(op_kind::allreduce, in, out, n, -1, opts.op,
                     key_of(op_kind::allreduce, in.type(), n, -1, opts.op)),
         {}, payload_of(in)))
     return err;
-  auto es = size_of(in.type());
-  st.how = path_for(st.op, n * es);
   // Small: every rank reduces everything from the slots, in rank order.
   if (st.how == path::small)
     return reduce_range(st, 0, 0, n, in.type(), opts.op, bytes_of(out));
@@ -213,12 +214,8 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     auto start = first * es;
     bool staged = st.how == path::staged;
     auto [lo, hi] = slice_of(count, rank_, world_size_);
-    if (staged) {
-      // The peers reduce all but my slice: only that goes to the area (at
-      // its place in the round); my slice I read from my input (source()).
-      std::memcpy(seg_.area(rank_, 0), bytes_of(in) + start, lo * es);
-      std::memcpy(seg_.area(rank_, 0) + hi * es, bytes_of(in) + start + hi * es,
-                  (count - hi) * es);
+    if (staged && stages_round(st, c)) {
+      stage_allreduce_round(bytes_of(in), n, es, c);
       if (auto err = step(st)) return err;
     }
     // Phase 1: my slice of this round, across every rank's input. Staged,
@@ -257,6 +254,20 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
   return {};
 }
 
+void shm_backend::stage_allreduce_round(const std::byte* in, size_t n,
+                                        size_t es, size_t c) noexcept {
+  auto chunk_elems = seg_.area_bytes() / es;
+  auto first = c * chunk_elems;
+  auto count = std::min(chunk_elems, n - std::min(n, first));
+  auto start = first * es;
+  auto [lo, hi] = slice_of(count, rank_, world_size_);
+  // The peers reduce all but my slice: only that goes to the area (at its
+  // place in the round); my slice I read from my input (source()).
+  std::memcpy(seg_.area(rank_, 0), in + start, lo * es);
+  std::memcpy(seg_.area(rank_, 0) + hi * es, in + start + hi * es,
+              (count - hi) * es);
+}
+
 caf::error shm_backend::reduce(const op_call& call, const tensor_view& in,
                                const tensor_view& out,
                                const reduce_options& opts) {
@@ -283,11 +294,17 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
                                       int root, uint64_t key) {
   op_state st{kind, &call, clock::now() + call.timeout};
   auto n = in.numel();
+  auto es = size_of(in.type());
+  stage_ahead(st, n * es, [&] {
+    if (kind == op_kind::reduce_scatter)
+      stage_reduce_scatter_round(bytes_of(in), out.numel(), es, 0);
+    else if (rank_ != root)
+      std::memcpy(seg_.area(rank_, 0), bytes_of(in),
+                  std::min(reduce_window(es), n) * es);
+  });
   if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key), {},
                        payload_of(in)))
     return err;
-  auto es = size_of(in.type());
-  st.how = path_for(st.op, n * es);
   // The elements this rank reduces.
   size_t want_first = 0;
   size_t want_count = 0;
@@ -327,9 +344,10 @@ caf::error shm_backend::staged_reduce(op_state& st, const tensor_view& in,
                                       int root) {
   auto es = size_of(in.type());
   auto n = in.numel();
-  auto window = std::max<size_t>(1, seg_.area_bytes() / es);
+  auto window = reduce_window(es);
   auto rounds = std::max<size_t>(1, (n + window - 1) / window);
-  for (size_t c = 0; c <= rounds; ++c) {
+  // Round 0 only stages: done already if staged ahead.
+  for (size_t c = st.staged_ahead ? 1 : 0; c <= rounds; ++c) {
     if (c < rounds && rank_ != root) {
       auto first = c * window;
       std::memcpy(seg_.area(rank_, int(c % 2)), bytes_of(in) + first * es,
@@ -363,15 +381,15 @@ caf::error shm_backend::staged_reduce_scatter(op_state& st,
                                               reduce_op op) {
   auto es = size_of(in.type());
   auto block = out.numel();
-  auto window =
-    std::max<size_t>(1, seg_.area_bytes() / (es * size_t(world_size_)));
+  auto window = reduce_scatter_window(es);
   auto rounds = std::max<size_t>(1, (block + window - 1) / window);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * window;
     auto count = std::min(window, block - std::min(block, first));
-    stage_block_windows(bytes_of(in), block * es, window * es, first * es,
-                        count * es);
-    if (auto err = step(st)) return err;
+    if (stages_round(st, c)) {
+      stage_reduce_scatter_round(bytes_of(in), block, es, c);
+      if (auto err = step(st)) return err;
+    }
     for (int r = 0; r < world_size_; ++r)
       sources_[size_t(r)] =
         r == rank_ ? bytes_of(in) + (size_t(rank_) * block + first) * es
@@ -384,6 +402,22 @@ caf::error shm_backend::staged_reduce_scatter(op_state& st,
     if (auto err = step(st)) return err;
   }
   return {};
+}
+
+size_t shm_backend::reduce_window(size_t es) const noexcept {
+  return std::max<size_t>(1, seg_.area_bytes() / es);
+}
+
+size_t shm_backend::reduce_scatter_window(size_t es) const noexcept {
+  return std::max<size_t>(1, seg_.area_bytes() / (es * size_t(world_size_)));
+}
+
+void shm_backend::stage_reduce_scatter_round(const std::byte* in, size_t block,
+                                             size_t es, size_t c) noexcept {
+  auto window = reduce_scatter_window(es);
+  auto first = c * window;
+  auto count = std::min(window, block - std::min(block, first));
+  stage_block_windows(in, block * es, window * es, first * es, count * es);
 }
 
 } // namespace caf_collective::detail::shm
