@@ -67,15 +67,17 @@ struct byte_range {
 
 /// The single-copy range of op `op` in a group of `world_size` ranks.
 /// Ops that copy (broadcast, gather, scatter, allgather(v), alltoall(v)):
-/// 64 KiB to 8 MiB. Below, two memcpys cost less than the system calls;
-/// above, the buffers no longer fit in the caches, and the staged copy,
-/// whose memcpy writes past the caches into a segment area that stays
-/// cached, measured faster than the kernel's copy. Reductions save no copy
-/// by it: a peer's block is pulled into scratch and reduced from there,
-/// where staged it is copied into the area and reduced from there. They
-/// pay the system calls and lose the staged path's pipelining, so only
-/// small reduce_scatter and reduce use it, where measured faster; allreduce
-/// never does (docs/benchmarks.md, "Single copy per op").
+/// 64 KiB to 8 MiB; at 2 ranks from 8 KiB (all above the small path),
+/// where one read per peer measured up to 2x faster than two memcpys and
+/// two steps. Below 64 KiB at more ranks (on 2 cores), the memcpys cost
+/// less than the system calls; above 8 MiB, the buffers no longer fit in the
+/// caches, and the staged copy, whose memcpy writes past the caches into a
+/// segment area that stays cached, measured faster than the kernel's copy.
+/// Reductions save no copy by it: a peer's block is pulled into scratch and
+/// reduced from there, where staged it is copied into the area and reduced from
+/// there. They pay the system calls and lose the staged path's pipelining, so
+/// only small reduce_scatter and reduce use it, where measured faster;
+/// allreduce never does (docs/benchmarks.md, "Single copy per op").
 byte_range single_copy_range(op_kind op, int world_size) noexcept;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
