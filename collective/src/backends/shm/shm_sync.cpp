@@ -326,6 +326,9 @@ byte_range single_copy_range(op_kind op, int world_size) noexcept {
     case op_kind::reduce: return {64 * kib, 128 * kib};
     case op_kind::reduce_scatter:
       return {64 * kib, world_size == 2 ? 1024 * kib : 128 * kib};
+    case op_kind::allgather:
+      if (world_size >= 4) return {64 * kib, 128 * kib};
+      [[fallthrough]];
     default: return {world_size == 2 ? 8 * kib : 64 * kib, 8192 * kib};
   }
 }
