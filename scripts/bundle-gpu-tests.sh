@@ -6,6 +6,9 @@
 #
 # Usage: scripts/bundle-gpu-tests.sh [build-dir]   (default: build-gpu)
 # Result: <build-dir>/bundle/{bin,libs}, plus run-gpu-tests.sh beside them.
+# WITH_BENCHMARKS=1 also packs the CPU benchmark tools and
+# benchmarks/many_core_run.sh, to measure on the GPU machine's many cores
+# what the 2-vCPU development machine cannot (docs/benchmarks.md).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -15,6 +18,13 @@ programs=(
   tests/nccl/nccl_anywhere_test
   examples/06_gpu_data_parallel/example_06_gpu_data_parallel
 )
+if [[ ${WITH_BENCHMARKS:-0} == 1 ]]; then
+  programs+=(
+    benchmarks/caf_collective_perf
+    benchmarks/caf_collective_member_loop
+    benchmarks/caf_collective_shm_latency
+  )
+fi
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/libs"
@@ -33,4 +43,7 @@ for program in "${programs[@]}"; do
     done
 done
 cp "$root/scripts/run-gpu-tests.sh" "$bundle/"
+if [[ ${WITH_BENCHMARKS:-0} == 1 ]]; then
+  cp "$root/benchmarks/many_core_run.sh" "$bundle/"
+fi
 du -sh "$bundle"

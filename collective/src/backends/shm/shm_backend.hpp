@@ -65,7 +65,9 @@ struct byte_range {
   }
 };
 
-/// The single-copy range of op `op` in a group of `world_size` ranks.
+/// The single-copy range of op `op` in a group of `world_size` ranks on a
+/// host with `cpus` online CPUs (the same number for every rank, unlike
+/// an affinity mask).
 /// Ops that copy (broadcast, gather, scatter, allgather(v), alltoall(v)):
 /// 64 KiB to 8 MiB; at 2 ranks from 8 KiB (all above the small path),
 /// where one read per peer measured up to 2x faster than two memcpys and
@@ -80,7 +82,12 @@ struct byte_range {
 /// there. They pay the system calls and lose the staged path's pipelining, so
 /// only small reduce_scatter and reduce use it, where measured faster;
 /// allreduce never does (docs/benchmarks.md, "Single copy per op").
-byte_range single_copy_range(op_kind op, int world_size) noexcept;
+/// broadcast with 3 ranks or more, each on a CPU of its own, reads by
+/// single copy up to 128 KiB only: its readers all pin the root's same
+/// pages, and at 16 CPUs single copy took 1.5-2x the staged time from
+/// 256 KiB (where ranks outnumber CPUs, readers rarely overlap and single
+/// copy measured 1.2-1.6x faster from 1 MiB).
+byte_range single_copy_range(op_kind op, int world_size, int cpus) noexcept;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
 inline constexpr size_t single_copy_block_elements = 32768;
@@ -464,6 +471,7 @@ class shm_backend : public backend {
   segment seg_;
   bool direct_ = false;
   bool single_copy_ = false; // agreed at formation (processes only)
+  int cpus_ = 1;             // online on this host (single_copy_range)
   // Read by peers through process_vm_readv at formation.
   uint64_t probe_word_ = 0;
   uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block

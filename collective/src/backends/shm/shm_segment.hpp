@@ -110,6 +110,9 @@ struct alignas(cache_line) rank_control {
   /// aborting rank waits for it before its caller may free them.
   alignas(cache_line) std::atomic<uint32_t> reading;
   alignas(cache_line) int32_t pid;
+  /// The CPUs online on the host as this rank saw them at formation,
+  /// published with single_copy_verdict; the group takes the least.
+  int32_t cpus;
   /// Across processes: 1 once this rank read every peer's probe word with
   /// process_vm_readv, 2 if the kernel refused (then the group copies
   /// through the segment), 0 before it knows.

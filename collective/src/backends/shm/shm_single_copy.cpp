@@ -9,6 +9,7 @@
 // group uses single copy only if it worked for every rank; otherwise it
 // stays with the staged copy. CAF_COLLECTIVE_SHM_SINGLE_COPY=off in any
 // rank's environment forces the fallback (the tests compare both paths).
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "backends/shm/shm_backend.hpp"
 #include "vocabulary/log.hpp"
@@ -53,6 +55,8 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
       refusal = "process_vm_readv of rank " + std::to_string(r) +
                 "'s memory read the wrong bytes";
   }
+  seg_.control(rank_).cpus =
+    static_cast<int32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   seg_.control(rank_).single_copy_verdict.store(refusal.empty() ? 1 : 2,
                                                 std::memory_order_release);
   ring();
@@ -70,6 +74,10 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
   std::vector<int> refused;
   for (int r = 0; r < world_size_; ++r)
     if (seg_.control(r).single_copy_verdict.load() != 1) refused.push_back(r);
+  // Every rank takes the same count: the op's path depends on it.
+  cpus_ = seg_.control(0).cpus;
+  for (int r = 1; r < world_size_; ++r)
+    cpus_ = std::min(cpus_, int(seg_.control(r).cpus));
   single_copy_ = refused.empty();
   auto& log = logger_for("shm");
   if (single_copy_) {
@@ -77,15 +85,17 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
     acc_.resize(16 * single_copy_block_elements);
     tmp_.resize(8 * single_copy_block_elements);
     pulled_.resize(8 * single_copy_block_elements);
-    auto copies = single_copy_range(op_kind::allgather, world_size_);
-    auto scatters = single_copy_range(op_kind::reduce_scatter, world_size_);
-    auto reduces = single_copy_range(op_kind::reduce, world_size_);
+    auto range = [this](op_kind op) {
+      auto r = single_copy_range(op, world_size_, cpus_);
+      return std::to_string(r.min) + "-" + std::to_string(r.max);
+    };
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
-             "move by single copy (process_vm_readv) at {} to {} bytes for "
-             "ops that copy, {} to {} for reduce_scatter, {} to {} for "
-             "reduce, staged otherwise and for allreduce",
-             group_name_, rank_, world_size_, copies.min, copies.max,
-             scatters.min, scatters.max, reduces.min, reduces.max);
+             "move by single copy (process_vm_readv) at {} bytes for the "
+             "other ops that copy, {} for allgather, {} for reduce_scatter, "
+             "{} for reduce, staged otherwise and for allreduce",
+             group_name_, rank_, world_size_, range(op_kind::broadcast),
+             range(op_kind::allgather), range(op_kind::reduce_scatter),
+             range(op_kind::reduce));
   } else {
     log.info("group '{}' rank {}/{}: ranks in several processes; messages "
              "move by staged copy through the segment (no single copy: "

@@ -319,25 +319,29 @@ std::string shm_backend::disagreement(int parity) const {
   return detail;
 }
 
-byte_range single_copy_range(op_kind op, int world_size) noexcept {
+byte_range single_copy_range(op_kind op, int world_size, int cpus) noexcept {
   constexpr size_t kib = 1024;
   switch (op) {
+    case op_kind::broadcast:
+      if (world_size >= 3 && world_size <= cpus) return {64 * kib, 128 * kib};
+      break;
     case op_kind::allreduce: return {1, 0}; // empty
     case op_kind::reduce: return {64 * kib, 128 * kib};
     case op_kind::reduce_scatter:
       return {64 * kib, world_size == 2 ? 1024 * kib : 128 * kib};
     case op_kind::allgather:
       if (world_size >= 4) return {64 * kib, 128 * kib};
-      [[fallthrough]];
-    default: return {world_size == 2 ? 8 * kib : 64 * kib, 8192 * kib};
+      break;
+    default: break;
   }
+  return {world_size == 2 ? 8 * kib : 64 * kib, 8192 * kib};
 }
 
 shm_backend::path shm_backend::path_for(op_kind op,
                                         size_t longest) const noexcept {
   if (longest <= seg_.small_bytes()) return path::small;
   if (direct_) return path::direct;
-  if (single_copy_ && single_copy_range(op, world_size_).holds(longest))
+  if (single_copy_ && single_copy_range(op, world_size_, cpus_).holds(longest))
     return path::single_copy;
   return path::staged;
 }
