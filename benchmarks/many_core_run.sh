@@ -46,6 +46,17 @@ for s in stealing stealing-sleep; do
   run "member-loop-8b-$s" "$bin/caf_collective_member_loop" --ranks 4 \
     --iters 3000 --caf-scheduler "$s"
 done
+# CAF's worker count: one per core by default; fewer workers, fewer idle
+# ones to wake.
+for workers in 2 4; do
+  s=stealing-sleep/$workers
+  run "member-loop-8b-w$workers" "$bin/caf_collective_member_loop" --ranks 4 \
+    --iters 3000 --caf-scheduler "$s"
+  run "member-loop-1m-w$workers" "$bin/caf_collective_member_loop" --ranks 4 \
+    --iters 300 --bytes 1048576 --caf-scheduler "$s"
+  run "driver-8b-w$workers" "$perf" --ranks 4 --backend shm --path direct,driver \
+    -b 8 -e 8 -n 3000 -w 100 --time median --copy-model 0 --caf-scheduler "$s"
+done
 for sc in on off; do
   # Level info: the log says whether the kernel allowed single copy.
   run "procs4-single-copy-$sc" env CAF_COLLECTIVE_SHM_SINGLE_COPY=$sc \

@@ -11,7 +11,7 @@
 //   caf_collective_member_loop [--ranks 4] [--iters 2000] [--bytes 8]
 //                              [--backend shm|gloo]
 //                              [--caf-scheduler stealing|sharing|
-//                                               stealing-sleep]
+//                                               stealing-sleep[/N workers]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -51,7 +51,8 @@ constexpr const char* usage = R"(usage: caf_collective_perf [options]
   --raw-warmup 0|1   give raw Gloo our groups' 1 MiB warm-up per pair (1)
   --caf-scheduler S  CAF scheduler of the driver path: stealing (CAF's
                      default), sharing, or stealing-sleep (stealing
-                     with sleep_idle_workers) (stealing)
+                     with sleep_idle_workers); /N after it: N workers
+                     instead of one per core (stealing)
   --csv FILE         also write every row as CSV
   --plot FILE.png    plot busbw against size per path (gnuplot)
 )";
