@@ -23,15 +23,16 @@ mkdir -p "$out"
 cat "$out/machine.txt"
 
 status=0
+# Beside this script: in scripts/ of a checkout, or in the bundle.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+helper=$here/run_logged.sh
+[[ -f $helper ]] || helper=$here/../scripts/run_logged.sh
+# shellcheck source=../scripts/run_logged.sh
+source "$helper"
 run() { # name, command...
   local name=$1
   shift
-  echo "=== $name: $*"
-  local start=$SECONDS
-  timeout 120 "$@" >"$out/$name.txt" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc in $((SECONDS - start)) s"
-  ((rc == 0)) || status=1
+  run_logged "$out/$name.txt" "$name" "$*" timeout 120 "$@" || status=1
 }
 
 perf=$bin/caf_collective_perf

@@ -42,7 +42,7 @@ for program in "${programs[@]}"; do
         cp -L "$lib" "$bundle/libs/"
     done
 done
-cp "$root/scripts/run-gpu-tests.sh" "$bundle/"
+cp "$root/scripts/run-gpu-tests.sh" "$root/scripts/run_logged.sh" "$bundle/"
 if [[ ${WITH_BENCHMARKS:-0} == 1 ]]; then
   cp "$root/benchmarks/many_core_run.sh" "$bundle/"
 fi

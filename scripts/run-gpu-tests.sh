@@ -28,15 +28,12 @@ export LD_LIBRARY_PATH=$here/libs:$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 } | tee "$logs/machine.log"
 
 failed=0
+# shellcheck source=run_logged.sh
+source "$here/run_logged.sh"
 run() { # name, command...
   local name=$1
   shift
-  echo "=== $name: ${*: -1}"
-  local start=$SECONDS
-  "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc in $((SECONDS - start)) s"
-  if ((rc != 0)); then
+  if ! run_logged "$logs/$name.log" "$name" "${*: -1}" "$@"; then
     tail -n 30 "$logs/$name.log"
     failed=1
   fi
