@@ -3,8 +3,9 @@
 # development machine cannot settle (4 ranks or 4 members and their lanes
 # on 2 cores), run on a machine with more cores: the driver and member
 # paths against the direct path, 8 B latency, and single copy against the
-# staged copy with 4 ranks as processes. One log per measurement in the
-# output folder, the machine's description in machine.txt.
+# staged copy with 4 ranks as processes, and the driver with requests in
+# flight. One log per measurement in the output folder, the machine's
+# description in machine.txt.
 #
 # Usage: benchmarks/many_core_run.sh BIN_DIR OUT_DIR
 #   BIN_DIR holds caf_collective_perf, caf_collective_member_loop and
@@ -39,6 +40,10 @@ perf=$bin/caf_collective_perf
 for s in stealing stealing-sleep; do
   run "driver-1m-$s" "$perf" --ranks 4 --backend shm --path direct,driver \
     --op allreduce,reduce_scatter,allgather,broadcast,alltoall -b 1M -e 16M \
+    -f 4 -n 20 -w 3 --repeat 3 --time median --copy-model 0 --caf-scheduler "$s"
+  run "driver-overlap-1m-$s" "$perf" --ranks 4 --backend shm \
+    --path direct,driver,driver-overlap --window 4 \
+    --op allreduce,allgather,reduce_scatter,broadcast,alltoall -b 1M -e 16M \
     -f 4 -n 20 -w 3 --repeat 3 --time median --copy-model 0 --caf-scheduler "$s"
   run "driver-8b-$s" "$perf" --ranks 4 --backend shm --path direct,driver \
     -b 8 -e 8 -n 3000 -w 100 --time median --copy-model 0 --caf-scheduler "$s"
