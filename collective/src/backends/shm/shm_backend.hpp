@@ -67,26 +67,26 @@ struct byte_range {
 
 /// The single-copy range of op `op` in a group of `world_size` ranks on a
 /// host with `cpus` online CPUs (the same number for every rank, unlike
-/// an affinity mask).
-/// Ops that copy (broadcast, gather, scatter, allgather(v), alltoall(v)):
-/// 64 KiB to 8 MiB; at 2 ranks from 8 KiB (all above the small path),
-/// where one read per peer measured up to 2x faster than two memcpys and
-/// two steps; allgather at 4 ranks and more to 128 KiB (blocks), where
-/// the staged copy measured 10-20% faster above. Below 64 KiB at more
-/// ranks (on 2 cores), the memcpys cost less than the system calls; above
-/// 8 MiB, the buffers no longer fit in the
-/// caches, and the staged copy, whose memcpy writes past the caches into a
-/// segment area that stays cached, measured faster than the kernel's copy.
-/// Reductions save no copy by it: a peer's block is pulled into scratch and
-/// reduced from there, where staged it is copied into the area and reduced from
-/// there. They pay the system calls and lose the staged path's pipelining, so
-/// only small reduce_scatter and reduce use it, where measured faster;
-/// allreduce never does (docs/benchmarks.md, "Single copy per op").
-/// broadcast with 3 ranks or more, each on a CPU of its own, reads by
-/// single copy up to 128 KiB only: its readers all pin the root's same
-/// pages, and at 16 CPUs single copy took 1.5-2x the staged time from
-/// 256 KiB (where ranks outnumber CPUs, readers rarely overlap and single
-/// copy measured 1.2-1.6x faster from 1 MiB).
+/// an affinity mask). Measured on 2 and 16 CPUs (docs/benchmarks.md,
+/// "Single copy per op" and after):
+/// - ops that copy (broadcast, gather, scatter, allgather(v), alltoall(v)):
+///   64 KiB to 8 MiB. Below, two memcpys cost less than the system calls,
+///   except at 2 ranks, where one read per peer measured up to 2x faster
+///   than two memcpys and two steps from 8 KiB (all above the small path).
+///   Above, the buffers no longer fit in the caches, and the staged copy,
+///   whose memcpy writes past the caches into a segment area that stays
+///   cached, measured faster than the kernel's copy;
+/// - allgather at 4 ranks and more: to 128 KiB blocks (staged measured
+///   10-20% faster above);
+/// - broadcast with 3 ranks or more, each on a CPU of its own: to 128 KiB.
+///   Its readers all pin the root's same pages: at 16 CPUs single copy
+///   took 1.5-2x the staged time from 256 KiB, while where ranks outnumber
+///   CPUs, and readers rarely overlap, it measured 1.2-2x faster from 1 MiB;
+/// - reductions save no copy by it: a peer's block is pulled into scratch
+///   and reduced from there, where staged it is copied into the area and
+///   reduced from there. They pay the system calls and lose the staged
+///   path's pipelining, so only small reduce_scatter and reduce use it,
+///   where measured faster; allreduce never does.
 byte_range single_copy_range(op_kind op, int world_size, int cpus) noexcept;
 
 /// Elements a single-copy reduction pulls from a peer per system call.
@@ -383,7 +383,7 @@ class shm_backend : public backend {
 
   /// The copy ops: `mine` is this rank's contribution, `longest` the
   /// longest contribution of any rank, `needs` what this rank copies into
-  /// `out`.
+  /// `out`, on the path the caller set in `st.how` (path_for).
   caf::error run_copies(op_state& st, const std::byte* mine, size_t mine_bytes,
                         size_t longest, std::span<const need> needs,
                         std::byte* out);
@@ -428,9 +428,11 @@ class shm_backend : public backend {
   void stage_block_windows(const std::byte* mine, size_t block, size_t window,
                            size_t first, size_t bytes) noexcept;
 
-  /// Round 0's staging of the copy ops (allgather, and the pipelined
-  /// broadcast, scatter and gather): the first window of `mine` into area A.
-  void stage_first_window(const std::byte* mine, size_t mine_bytes) noexcept;
+  /// Round `c`'s staging of the ops that stage their contribution window
+  /// by window (the copy ops but alltoall, and reduce): bytes
+  /// [c * window, (c + 1) * window) of `mine` into this rank's area `area`.
+  void stage_window(const std::byte* mine, size_t mine_bytes, size_t window,
+                    size_t c, int area) noexcept;
 
   /// Round `c`'s staging of a staged alltoall, allreduce (`n` elements of
   /// `es` bytes) and reduce_scatter (`block` elements per rank).
@@ -441,9 +443,9 @@ class shm_backend : public backend {
                              size_t c) noexcept;
   void stage_reduce_scatter_round(const std::byte* in, size_t block, size_t es,
                                   size_t c) noexcept;
-  /// Elements of `es` bytes per round of a staged reduce / of every block
-  /// per round of a staged reduce_scatter.
-  size_t reduce_window(size_t es) const noexcept;
+  /// Elements of `es` bytes an area holds (a round of a staged allreduce or
+  /// reduce) / of every block per round of a staged reduce_scatter.
+  size_t area_elements(size_t es) const noexcept;
   size_t reduce_scatter_window(size_t es) const noexcept;
 
   /// alltoall of `block` bytes per rank by staged copy: see

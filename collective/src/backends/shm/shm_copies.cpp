@@ -51,7 +51,6 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
                                    size_t mine_bytes, size_t longest,
                                    std::span<const need> needs,
                                    std::byte* out) {
-  st.how = path_for(st.op, longest);
   for (const auto& n : needs)
     if (n.peer == rank_ && n.bytes > 0 &&
         out + n.dst_offset != mine + n.src_offset)
@@ -77,9 +76,7 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
     auto end = start + chunk;
     if (st.how == path::staged && stages_round(st, c)) {
       // Staged: this round's window of the contribution goes to area A.
-      if (start < mine_bytes)
-        std::memcpy(seg_.area(rank_, 0), mine + start,
-                    std::min(chunk, mine_bytes - start));
+      stage_window(mine, mine_bytes, chunk, c, 0);
       if (auto err = step(st)) return err;
     }
     if (auto err = start_reading(st)) return err;
@@ -102,11 +99,12 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
   return {};
 }
 
-void shm_backend::stage_first_window(const std::byte* mine,
-                                     size_t mine_bytes) noexcept {
-  if (mine_bytes > 0)
-    std::memcpy(seg_.area(rank_, 0), mine,
-                std::min(seg_.area_bytes(), mine_bytes));
+void shm_backend::stage_window(const std::byte* mine, size_t mine_bytes,
+                               size_t window, size_t c, int area) noexcept {
+  auto start = c * window;
+  if (start < mine_bytes)
+    std::memcpy(seg_.area(rank_, area), mine + start,
+                std::min(window, mine_bytes - start));
 }
 
 // Staged copies of a rooted op, pipelined over the rank's two areas: in
@@ -129,9 +127,7 @@ caf::error shm_backend::pipelined_copies(op_state& st, const std::byte* mine,
   // Round 0 only stages: done already if staged ahead.
   for (size_t c = st.staged_ahead ? 1 : 0; c <= rounds; ++c) {
     auto start = c * chunk;
-    if (c < rounds && start < mine_bytes)
-      std::memcpy(seg_.area(rank_, int(c % 2)), mine + start,
-                  std::min(chunk, mine_bytes - start));
+    if (c < rounds) stage_window(mine, mine_bytes, chunk, c, int(c % 2));
     if (c > 0) {
       auto window = start - chunk; // round c - 1's
       for (const auto& n : needs) {
@@ -156,7 +152,7 @@ caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
   bool root = rank_ == opts.root;
   const auto& src = root ? in : out;
   stage_ahead(st, out.nbytes(), [&] {
-    if (root) stage_first_window(bytes_of(in), in.nbytes());
+    if (root) stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
   if (auto err = begin(
         st,
@@ -188,8 +184,9 @@ caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
                                       const tensor_view& in,
                                       const tensor_view& out, int root) {
   op_state st{op, &call, clock::now() + call.timeout};
-  stage_ahead(st, in.nbytes(),
-              [&] { stage_first_window(bytes_of(in), in.nbytes()); });
+  stage_ahead(st, in.nbytes(), [&] {
+    stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
+  });
   if (auto err =
         begin(st,
               make_notice(op, in, out, in.numel(), root, reduce_op::sum,
@@ -212,7 +209,7 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
   bool root = rank_ == opts.root;
   auto block = out.nbytes();
   stage_ahead(st, block * size_t(world_size_), [&] {
-    if (root) stage_first_window(bytes_of(in), in.nbytes());
+    if (root) stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
   if (auto err =
         begin(st,
@@ -333,6 +330,7 @@ caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
     offset += bytes;
     longest = std::max(longest, bytes);
   }
+  st.how = path_for(st.op, longest);
   return run_copies(st, bytes_of(in), in.nbytes(), longest, needs,
                     bytes_of(out));
 }
@@ -376,6 +374,7 @@ caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
     recv_offset += bytes;
     longest = std::max(longest, total * es);
   }
+  st.how = path_for(st.op, longest);
   return run_copies(st, bytes_of(source_view), in.nbytes(), longest, needs,
                     bytes_of(out));
 }

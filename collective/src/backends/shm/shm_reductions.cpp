@@ -206,7 +206,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
   // Direct, single copy: one round over everything; staged: rounds of one
   // area.
   auto chunk_elems =
-    st.how != path::staged ? std::max<size_t>(n, 1) : seg_.area_bytes() / es;
+    st.how != path::staged ? std::max<size_t>(n, 1) : area_elements(es);
   auto rounds = std::max<size_t>(1, (n + chunk_elems - 1) / chunk_elems);
   for (size_t c = 0; c < rounds; ++c) {
     auto first = c * chunk_elems;
@@ -256,7 +256,7 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
 
 void shm_backend::stage_allreduce_round(const std::byte* in, size_t n,
                                         size_t es, size_t c) noexcept {
-  auto chunk_elems = seg_.area_bytes() / es;
+  auto chunk_elems = area_elements(es);
   auto first = c * chunk_elems;
   auto count = std::min(chunk_elems, n - std::min(n, first));
   auto start = first * es;
@@ -299,8 +299,7 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     if (kind == op_kind::reduce_scatter)
       stage_reduce_scatter_round(bytes_of(in), out.numel(), es, 0);
     else if (rank_ != root)
-      std::memcpy(seg_.area(rank_, 0), bytes_of(in),
-                  std::min(reduce_window(es), n) * es);
+      stage_window(bytes_of(in), in.nbytes(), area_elements(es) * es, 0, 0);
   });
   if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key), {},
                        payload_of(in)))
@@ -344,15 +343,12 @@ caf::error shm_backend::staged_reduce(op_state& st, const tensor_view& in,
                                       int root) {
   auto es = size_of(in.type());
   auto n = in.numel();
-  auto window = reduce_window(es);
+  auto window = area_elements(es);
   auto rounds = std::max<size_t>(1, (n + window - 1) / window);
   // Round 0 only stages: done already if staged ahead.
   for (size_t c = st.staged_ahead ? 1 : 0; c <= rounds; ++c) {
-    if (c < rounds && rank_ != root) {
-      auto first = c * window;
-      std::memcpy(seg_.area(rank_, int(c % 2)), bytes_of(in) + first * es,
-                  std::min(window, n - first) * es);
-    }
+    if (c < rounds && rank_ != root)
+      stage_window(bytes_of(in), in.nbytes(), window * es, c, int(c % 2));
     if (c > 0 && rank_ == root) {
       auto first = (c - 1) * window;
       for (int r = 0; r < world_size_; ++r)
@@ -404,7 +400,7 @@ caf::error shm_backend::staged_reduce_scatter(op_state& st,
   return {};
 }
 
-size_t shm_backend::reduce_window(size_t es) const noexcept {
+size_t shm_backend::area_elements(size_t es) const noexcept {
   return std::max<size_t>(1, seg_.area_bytes() / es);
 }
 
