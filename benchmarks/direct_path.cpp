@@ -10,6 +10,16 @@ namespace caf_collective::bench {
 
 namespace {
 
+/// The options of one op from the tool's arguments: its reduce op and
+/// root where it has them (one place for the one-off and persistent runs).
+template<class Opts>
+Opts options_for(const op_args& a) {
+  Opts opts;
+  if constexpr (requires { opts.op; }) opts.op = a.redop;
+  if constexpr (requires { opts.root; }) opts.root = a.root;
+  return opts;
+}
+
 class direct_path : public bench_path {
  public:
   direct_path(std::string label, const std::string& backend, int rank,
@@ -40,42 +50,29 @@ class direct_path : public bench_path {
     tensor_view out{a.out, a.type, counts.out};
     switch (a.op) {
       case bench_op::allreduce: {
-        allreduce_options opts;
-        opts.op = a.redop;
-        opts.algorithm = algorithm_;
+        auto opts = allreduce_opts(a);
         if (a.in_place()) return allreduce(out, group_name, opts);
         return allreduce(in, out, group_name, opts);
       }
       case bench_op::reduce: {
-        reduce_options opts;
-        opts.op = a.redop;
-        opts.root = a.root;
+        auto opts = options_for<reduce_options>(a);
         if (a.in_place()) return reduce(out, a.root, group_name, opts);
         return reduce(in, out, group_name, opts);
       }
       case bench_op::broadcast: {
-        broadcast_options opts;
-        opts.root = a.root;
+        auto opts = options_for<broadcast_options>(a);
         if (a.in_place()) return broadcast(out, a.root, group_name, opts);
         return broadcast(in, out, group_name, opts);
       }
       case bench_op::allgather: return allgather(in, out, group_name);
-      case bench_op::reduce_scatter: {
-        reduce_scatter_options opts;
-        opts.op = a.redop;
-        return reduce_scatter(in, out, group_name, opts);
-      }
+      case bench_op::reduce_scatter:
+        return reduce_scatter(in, out, group_name,
+                              options_for<reduce_scatter_options>(a));
       case bench_op::alltoall: return alltoall(in, out, group_name);
-      case bench_op::gather: {
-        gather_options opts;
-        opts.root = a.root;
-        return gather(in, out, group_name, opts);
-      }
-      case bench_op::scatter: {
-        scatter_options opts;
-        opts.root = a.root;
-        return scatter(in, out, group_name, opts);
-      }
+      case bench_op::gather:
+        return gather(in, out, group_name, options_for<gather_options>(a));
+      case bench_op::scatter:
+        return scatter(in, out, group_name, options_for<scatter_options>(a));
       case bench_op::sendrecv: {
         // The send completes only once the peer posted its receive, so it
         // runs asynchronously while this member receives.
@@ -102,6 +99,12 @@ class direct_path : public bench_path {
     if (auto err = prepared_.run()) throw std::runtime_error(render(err));
   }
 
+  allreduce_options allreduce_opts(const op_args& a) const {
+    auto opts = options_for<allreduce_options>(a);
+    opts.algorithm = algorithm_;
+    return opts;
+  }
+
   static bool same_call(const op_args& x, const op_args& y) {
     return x.op == y.op && x.type == y.type && x.redop == y.redop &&
            x.root == y.root && x.total == y.total && x.in == y.in &&
@@ -116,40 +119,21 @@ class direct_path : public bench_path {
     // The in-place forms are the same calls with one buffer.
     if (a.in_place()) in = out;
     switch (a.op) {
-      case bench_op::allreduce: {
-        allreduce_options opts;
-        opts.op = a.redop;
-        opts.algorithm = algorithm_;
-        return g->prepare_allreduce(in, out, opts);
-      }
-      case bench_op::reduce: {
-        reduce_options opts;
-        opts.op = a.redop;
-        opts.root = a.root;
-        return g->prepare_reduce(in, out, opts);
-      }
-      case bench_op::broadcast: {
-        broadcast_options opts;
-        opts.root = a.root;
-        return g->prepare_broadcast(in, out, opts);
-      }
+      case bench_op::allreduce:
+        return g->prepare_allreduce(in, out, allreduce_opts(a));
+      case bench_op::reduce:
+        return g->prepare_reduce(in, out, options_for<reduce_options>(a));
+      case bench_op::broadcast:
+        return g->prepare_broadcast(in, out, options_for<broadcast_options>(a));
       case bench_op::allgather: return g->prepare_allgather(in, out);
-      case bench_op::reduce_scatter: {
-        reduce_scatter_options opts;
-        opts.op = a.redop;
-        return g->prepare_reduce_scatter(in, out, opts);
-      }
+      case bench_op::reduce_scatter:
+        return g->prepare_reduce_scatter(
+          in, out, options_for<reduce_scatter_options>(a));
       case bench_op::alltoall: return g->prepare_alltoall(in, out);
-      case bench_op::gather: {
-        gather_options opts;
-        opts.root = a.root;
-        return g->prepare_gather(in, out, opts);
-      }
-      case bench_op::scatter: {
-        scatter_options opts;
-        opts.root = a.root;
-        return g->prepare_scatter(in, out, opts);
-      }
+      case bench_op::gather:
+        return g->prepare_gather(in, out, options_for<gather_options>(a));
+      case bench_op::scatter:
+        return g->prepare_scatter(in, out, options_for<scatter_options>(a));
       case bench_op::barrier: return g->prepare_barrier();
       case bench_op::sendrecv: break;
     }
