@@ -21,6 +21,7 @@
 
 #include "layouts.hpp"
 #include "member_store.hpp"
+#include "op_answer.hpp"
 #include "op_plan.hpp"
 
 namespace caf_collective {
@@ -28,10 +29,11 @@ namespace caf_collective {
 namespace {
 
 using formed_atom = caf::atom_constant<caf::atom("col_formed")>;
-using done_atom = caf::atom_constant<caf::atom("col_done")>;
 using submit_atom = caf::atom_constant<caf::atom("col_submit")>;
 using job_done_atom = caf::atom_constant<caf::atom("col_jdone")>;
 
+using detail::op_answer;
+using detail::op_answer_ptr;
 using detail::op_plan;
 
 // The CAF scheduler thread a member handler runs on, while it submits ops:
@@ -56,20 +58,33 @@ class worker_scope {
 
 thread_local caf::execution_unit* worker_scope::current_ = nullptr;
 
-// One op between start and completion, by the driver or by the member. The
-// pins keep the input and output memory alive even if a client releases
-// the refs meanwhile.
+// One op between start and completion, by the driver or by the member.
 struct inflight {
   op_plan plan;
-  object_ref in_ref;
-  pinned_tensor in;
-  std::shared_ptr<tensor> out;
   dtype type_hint = dtype::float32;
-  caf::response_promise rp;
-  /// An object op: blocking work on a thread of its own (member_jobs.hpp).
+  /// A tensor op: its buffers and where its answer goes (op_answer.hpp).
+  op_answer_ptr answer;
+  /// An object op: blocking work on a thread of its own (member_jobs.hpp),
+  /// answered through `rp` by this member.
   group_job_ptr job;
+  caf::response_promise rp;
   /// Handed to the lane (or its thread started): an op runs once.
   bool launched = false;
+
+  /// Answered already: by its completion, which leaves the entry to the
+  /// member (forget_answered).
+  bool answered() const { return answer && answer->answered(); }
+
+  /// Fails the op, unless its completion answered first.
+  void fail(caf::error err, caf::execution_unit* ctx) {
+    if (answer)
+      answer->fail(std::move(err), ctx);
+    else
+      rp.deliver(std::move(err));
+  }
+
+  /// The member terminates: nobody answers. True if it was in flight.
+  bool withdraw() { return answer ? answer->withdraw() : true; }
 };
 
 struct member_group {
@@ -87,15 +102,27 @@ struct member_group {
   uint64_t job_running = 0;
 };
 
+// Drops the entries of ops their completions answered.
+void forget_answered(member_group& g) {
+  std::erase_if(g.ops,
+                [](const auto& entry) { return entry.second.answered(); });
+}
+
 // Lets go of a group without blocking the calling scheduler thread: a
 // healthy group's teardown meets its peers (up to 5 s on Gloo), so it runs
 // on the group's own lane; a group with ops in flight is aborted first.
+// The member is terminating or replaced: its ops in flight are answered by
+// nobody (the requester learns of the end from the member's down message).
 void let_go(const std::string& name, member_group& g) {
+  bool in_flight = false;
+  for (auto& [key, op] : g.ops)
+    in_flight = op.withdraw() || in_flight;
+  g.ops.clear();
   if (!g.grp) return;
   // A group still forming is aborted too: its formation would otherwise
   // wait for its peers up to its timeout, and the actor system's shutdown
   // with it (member_store.hpp). The abort ends its store waits.
-  if (!g.ops.empty() || g.state == "forming")
+  if (in_flight || g.state == "forming")
     g.grp->abort("member of group '" + name + "' terminated");
   group::release_on_lane(std::move(g.grp));
 }
@@ -165,11 +192,14 @@ caf::error refuse_member_job(const member_group* g, const std::string& name,
 // send/recv into the driver's form (root = source, peer = destination).
 caf::expected<inflight> plan_member_op(const member_group& g,
                                        const object_store_ptr& store,
+                                       const caf::actor_addr& member,
                                        const member_op& req) {
   auto ctx = context_of(g, req.op);
   auto rank = g.m.rank;
   auto ws = g.m.world_size;
   inflight op;
+  op.answer = std::make_shared<op_answer>(store, member);
+  auto& answer = *op.answer;
   op.plan.op = req.op;
   op.plan.params = req.params;
   op.plan.tag = req.tag;
@@ -198,17 +228,18 @@ caf::expected<inflight> plan_member_op(const member_group& g,
                           ", not on this member's node " + store->node());
     auto pin = store->pin(req.in);
     if (!pin) return std::move(pin.error());
-    op.in = std::move(*pin);
-    op.in_ref = req.in;
+    answer.in = std::move(*pin);
+    answer.in_ref = req.in;
   }
+  answer.in_place = detail::in_place(req.op);
   bool needs_layout = req.op == op_kind::recv || req.op == op_kind::scatter;
   if (needs_layout && !req.has_layout)
     return make_error(errc::invalid_argument, ctx,
                       "needs the layout of its output");
-  op.type_hint = op.in ? op.in->type() : req.layout.type;
+  op.type_hint = answer.in ? answer.in->type() : req.layout.type;
   std::optional<shape_type> out_shape;
   const shape_type none;
-  const auto& in_shape = op.in ? op.in->shape() : none;
+  const auto& in_shape = answer.in ? answer.in->shape() : none;
   auto sum = [](const auto& xs) {
     return static_cast<int64_t>(
       std::accumulate(xs.begin(), xs.end(), uint64_t{0}));
@@ -222,7 +253,7 @@ caf::expected<inflight> plan_member_op(const member_group& g,
       break;
     case op_kind::allgatherv: out_shape = shape_type{sum(p.counts)}; break;
     case op_kind::reduce_scatter:
-      out_shape = detail::slice_shape(in_shape, op.in->numel(), ws);
+      out_shape = detail::slice_shape(in_shape, answer.in->numel(), ws);
       break;
     case op_kind::alltoall: out_shape = in_shape; break;
     case op_kind::alltoallv:
@@ -233,10 +264,10 @@ caf::expected<inflight> plan_member_op(const member_group& g,
     default: break;
   }
   if (out_shape) {
-    auto dev = op.in ? op.in->dev() : device::cpu();
+    auto dev = answer.in ? answer.in->dev() : device::cpu();
     auto out = tensor::empty(op.type_hint, *out_shape, dev);
     if (!out) return std::move(out.error());
-    op.out = std::make_shared<tensor>(std::move(*out));
+    answer.out = std::make_shared<tensor>(std::move(*out));
   }
   return op;
 }
@@ -286,33 +317,15 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     return &i->second;
   };
   auto addr = self->address();
-  auto finish = [self, st](member_group& g, uint64_t seq, caf::error err) {
-    auto i = g.ops.find(seq);
-    if (i == g.ops.end()) return;
-    auto op = std::move(i->second);
-    g.ops.erase(i);
-    if (err) {
-      op.rp.deliver(std::move(err));
-      return;
-    }
-    if (detail::in_place(op.plan.op) || !op.out) {
-      op.rp.deliver(detail::in_place(op.plan.op) ? op.in_ref : object_ref{});
-      return;
-    }
-    // Outputs belong to this member: released when it terminates.
-    auto ref = st->store->put(std::move(*op.out), self->id());
-    if (ref)
-      op.rp.deliver(std::move(*ref));
-    else
-      op.rp.deliver(std::move(ref.error()));
+  // Fails every op of the group not answered yet.
+  auto fail_all = [self](member_group& g, const caf::error& err) {
+    for (auto& [key, op] : g.ops)
+      op.fail(err, self->context());
+    g.ops.clear();
   };
-  // Fails every op of the group still in flight (finish erases each).
-  auto fail_all = [=](member_group& g, const caf::error& err) {
-    while (!g.ops.empty())
-      finish(g, g.ops.begin()->first, err);
-  };
-  // Hands op `seq` to the group's lane; its completion comes back as a
-  // message. Without a group yet, the op waits in `ops` until init.
+  // Hands op `seq` to the group's lane; its completion answers the
+  // requester (op_answer.hpp). Without a group yet, the op waits in `ops`
+  // until init.
   auto launch = [=](const std::string& name, uint64_t seq) {
     auto i = st->groups.find(name);
     if (i == st->groups.end()) return;
@@ -337,20 +350,19 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       }}.detach();
       return;
     }
-    tensor_view in =
-      op.in ? op.in->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
-    tensor_view out =
-      op.out ? op.out->view() : tensor_view{nullptr, op.type_hint, size_t{0}};
+    const auto& answer = op.answer;
+    tensor_view in = answer->in ? answer->in->view()
+                                : tensor_view{nullptr, op.type_hint, size_t{0}};
+    tensor_view out = answer->out
+                        ? answer->out->view()
+                        : tensor_view{nullptr, op.type_hint, size_t{0}};
     // Small ops of groups in one process may finish right here, on this
     // scheduler thread (backend::start_*): their completions, for this
     // member and its peers, are then queued on this thread too.
     worker_scope on_this_worker{self->context()};
     auto w = detail::submit_plan(*g.grp, op.plan, seq, in, out);
-    w.on_complete([addr, name, gen, seq](const caf::error& err) {
-      if (auto hdl = caf::actor_cast<caf::actor>(addr))
-        hdl->enqueue(nullptr, caf::make_message_id(),
-                     caf::make_message(done_atom::value, name, gen, seq, err),
-                     worker_scope::current());
+    w.on_complete([answer](const caf::error& err) {
+      answer->complete(err, worker_scope::current());
     });
   };
   // Launches every op of the group not launched yet, in the order the
@@ -361,6 +373,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   };
   // Runs the op now, or after the member's fault-injection delay.
   auto enqueue = [=](member_group& g, uint64_t key, inflight op) {
+    forget_answered(g);
     g.ops.emplace(key, std::move(op));
     if (g.m.start_delay_ms > 0)
       self->delayed_send(self, milliseconds{g.m.start_delay_ms},
@@ -445,30 +458,33 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         return make_error(errc::unknown_group,
                           "member is not in group '" + msg.group + "'");
       inflight op;
+      op.answer = std::make_shared<op_answer>(st->store, addr);
+      auto& answer = *op.answer;
       if (msg.in.valid()) {
         auto pin = st->store->pin(msg.in);
         if (!pin) return std::move(pin.error());
-        op.in = std::move(*pin);
+        answer.in = std::move(*pin);
       }
       if (msg.has_out) {
-        auto dev = op.in ? op.in->dev() : device::cpu();
+        auto dev = answer.in ? answer.in->dev() : device::cpu();
         auto out = tensor::empty(msg.out_type, msg.out_shape, dev);
         if (!out) return std::move(out.error());
-        op.out = std::make_shared<tensor>(std::move(*out));
+        answer.out = std::make_shared<tensor>(std::move(*out));
       }
       op.plan = detail::plan_of(msg, g->m.rank, g->m.world_size);
-      op.in_ref = std::move(msg.in);
-      op.type_hint = op.in ? op.in->type() : msg.out_type;
-      op.rp = self->make_response_promise();
+      answer.in_ref = std::move(msg.in);
+      answer.in_place = detail::in_place(msg.op);
+      op.type_hint = answer.in ? answer.in->type() : msg.out_type;
+      answer.address_to(self->make_response_promise());
       enqueue(*g, msg.seq, std::move(op));
       return caf::delegated<object_ref>{};
     },
     [=](member_op& req) -> caf::result<object_ref> {
       auto g = find(req.group, 0);
       if (auto err = refuse_member_op(g, req.group, req)) return err;
-      auto planned = plan_member_op(*g, st->store, req);
+      auto planned = plan_member_op(*g, st->store, addr, req);
       if (!planned) return std::move(planned.error());
-      planned->rp = self->make_response_promise();
+      planned->answer->address_to(self->make_response_promise());
       enqueue(*g, ++g->next_own_key, std::move(*planned));
       return caf::delegated<object_ref>{};
     },
@@ -479,6 +495,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.job = std::move(req.job);
       op.rp = self->make_response_promise();
       auto key = ++g->next_own_key;
+      forget_answered(*g);
       g->ops.emplace(key, std::move(op));
       launch(req.group, key);
       return caf::delegated<caf::message>{};
@@ -503,10 +520,6 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     [=](submit_atom, const std::string& name, uint64_t seq) {
       launch(name, seq);
     },
-    [=](done_atom, const std::string& name, uint64_t gen, uint64_t seq,
-        caf::error& err) {
-      if (auto g = find(name, gen)) finish(*g, seq, std::move(err));
-    },
     [=](abort_atom, const std::string& name, uint64_t gen, caf::error& why) {
       auto g = find(name, gen);
       if (!g) return;
@@ -523,9 +536,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         i->second.grp->abort("group '" + name + "' was destroyed");
         group::release_on_lane(std::move(i->second.grp));
       }
-      for (auto& [seq, op] : i->second.ops)
-        op.rp.deliver(
-          make_error(errc::aborted, "group '" + name + "' was destroyed"));
+      fail_all(i->second,
+               make_error(errc::aborted, "group '" + name + "' was destroyed"));
       st->groups.erase(i);
     },
     [=](release_atom, const object_ref& ref) -> caf::result<caf::ok_atom> {

@@ -5,6 +5,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <future>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -247,6 +249,62 @@ TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "
                   [](caf::error& err) { FAIL(text(err)); });
   CHECK(ok);
   CHECK(col::demo::read(*f.store, refs[3]) == col::demo::floats(64, 8.0f));
+}
+
+TEST_CASE("a driver op is answered while a member's own handler blocks: "
+          "the lanes answer the driver, not through the members' mailboxes") {
+  using hold_atom = caf::atom_constant<caf::atom("hold")>;
+  fixture f{4};
+  // Member 0's own handler blocks its scheduler thread (as a careless user
+  // handler would) until the test lets it go, or 10 s.
+  std::promise<void> let_go;
+  auto released = let_go.get_future().share();
+  std::atomic<bool> holding{false};
+  auto holder = [released, &holding](caf::event_based_actor*) {
+    return caf::behavior{[released, &holding](hold_atom) {
+      holding = true;
+      released.wait_for(10s);
+      holding = false;
+    }};
+  };
+  std::vector<caf::actor> xs;
+  xs.push_back(caf::actor_cast<caf::actor>(
+    col::spawn_member(f.sys, f.driver, {ms("held", 0, 2, 10000)}, holder)));
+  // Rank 1 starts its part 500 ms late: rank 0's op waits on its lane.
+  xs.push_back(f.member({ms("held", 1, 2, 10000, 500)}));
+  f.actors.insert(f.actors.end(), xs.begin(), xs.end());
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "held", 15s));
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}});
+  auto t0 = std::chrono::steady_clock::now();
+  auto pending = self->request(
+    f.driver, 10s,
+    col::op_request{"held", col::op_kind::allreduce, refs, col::op_params{}});
+  // Member 0 has launched its part once its lane lists the op.
+  std::string history;
+  while (!contains(history, "allreduce") &&
+         std::chrono::steady_clock::now() - t0 < 5s)
+    self->request(xs[0], 2s, col::history_atom::value, std::string{"held"})
+      .receive([&](std::string& h) { history = std::move(h); },
+               [](caf::error&) {});
+  REQUIRE(contains(history, "allreduce"));
+  caf::anon_send(xs[0], hold_atom::value);
+  while (!holding && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(holding);
+  bool ok = false;
+  bool answered_while_held = false;
+  pending.receive(
+    [&](col::op_result&) {
+      ok = true;
+      answered_while_held = holding;
+    },
+    [](caf::error& err) { FAIL(text(err)); });
+  let_go.set_value();
+  CHECK(ok);
+  CHECK(answered_while_held);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(col::demo::read(*f.store, refs[0]) == col::demo::floats{4, 6});
 }
 
 TEST_CASE("a member killed mid-op: the client and every survivor get "
