@@ -28,11 +28,17 @@ lane::~lane() {
 }
 
 void lane::post(task fn) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> guard{state_->mtx};
     state_->tasks.push_back(std::move(fn));
+    // A claimed lane cannot run the task yet, and release() wakes the
+    // thread for it. Waking it now too (a member posting a large op right
+    // before it lets go of the lane it claimed) cost a second wake-up and
+    // a fight for this mutex per op.
+    wake = !state_->claimed;
   }
-  state_->cv.notify_one();
+  if (wake) state_->cv.notify_one();
 }
 
 bool lane::try_claim() {
