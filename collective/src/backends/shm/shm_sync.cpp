@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backends/shm/shm_backend.hpp"
+#include "backends/shm/shm_cpu.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -188,6 +189,8 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
     // A peer on this CPU cannot arrive while we spin: let it run. The
     // clock is read only after a yield, the part that may take long.
     if ((yield_now != nullptr && *yield_now) || i % 64 == 63) {
+      // Better than yielding to it: leave it this CPU and run beside it.
+      if (yield_now != nullptr && *yield_now) step_off_shared_cpu(world_size_);
       std::this_thread::yield();
       if (clock::now() >= spin_until) break;
     } else {
