@@ -37,13 +37,20 @@ void on_fresh_thread(Fn fn) {
 TEST_CASE("a nudge leaves the thread's affinity mask as it was, and holds "
           "back for 1 ms after a move") {
   on_fresh_thread([] {
+    using clock = std::chrono::steady_clock;
     auto before = mask_of_this_thread();
     auto cpus = CPU_COUNT(&before);
+    auto t0 = clock::now();
     auto moved = step_off_shared_cpu(2);
     CHECK(same(mask_of_this_thread(), before));
     // Two ranks fit wherever the thread may run on two CPUs.
     CHECK(moved == (cpus >= 2));
-    if (moved) CHECK_FALSE(step_off_shared_cpu(2)); // right after a move
+    if (moved) {
+      auto again = step_off_shared_cpu(2);
+      // Judged only if both calls fit in the 1 ms: a loaded machine (or a
+      // sanitizer) may take longer for the move itself.
+      if (clock::now() - t0 < std::chrono::milliseconds{1}) CHECK_FALSE(again);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds{2});
     CHECK(step_off_shared_cpu(2) == (cpus >= 2));
     CHECK(same(mask_of_this_thread(), before));
