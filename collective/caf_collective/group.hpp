@@ -140,10 +140,15 @@ class group : public std::enable_shared_from_this<group> {
                  alltoallv_options opts);
   work barrier(barrier_options opts = {});
 
-  /// Persistent forms of the collectives (persistent_op.hpp): the same
-  /// arguments and checks as the calls above, done once; a bad argument
-  /// is returned here and nothing is sent. The buffers stay the caller's
-  /// and must outlive every run. Point-to-point ops have no such form.
+  /// Persistent forms of the ops (persistent_op.hpp): the same arguments
+  /// and checks as the calls above, done once; a bad argument is returned
+  /// here and nothing is sent. The buffers stay the caller's and must
+  /// outlive every run. A persistent send or recv pairs with any send or
+  /// recv of the peer (persistent or not) with the same tag, in order.
+  caf::expected<persistent_op> prepare_send(const tensor_view& in,
+                                            send_options opts);
+  caf::expected<persistent_op> prepare_recv(const tensor_view& out,
+                                            recv_options opts);
   caf::expected<persistent_op> prepare_broadcast(const tensor_view& in,
                                                  const tensor_view& out,
                                                  broadcast_options opts = {});

@@ -1,4 +1,4 @@
-// A collective checked once and run many times on the same buffers.
+// An op checked once and run many times on the same buffers.
 #pragma once
 
 #include <memory>
@@ -16,12 +16,12 @@ namespace detail {
 struct persistent_call;
 } // namespace detail
 
-/// One collective of one group, made by group::prepare_allreduce and its
-/// siblings: the arguments are checked, copied and bound to the group once,
-/// and each run() or start() runs the op again on the same buffers (MPI's
-/// persistent collectives, e.g. MPI_Allreduce_init). Between runs the
-/// caller may change what the buffers hold, not the buffers: they must
-/// stay alive as long as a run may be in progress.
+/// One op of one group (a collective, a send or a recv), made by
+/// group::prepare_allreduce and its siblings: the arguments are checked, copied
+/// and bound to the group once, and each run() or start() runs the op again on
+/// the same buffers (MPI's persistent collectives, e.g. MPI_Allreduce_init).
+/// Between runs the caller may change what the buffers hold, not the buffers:
+/// they must stay alive as long as a run may be in progress.
 ///
 /// Each run takes the group's next sequence number like any op, so every
 /// rank runs its prepared ops and the group's other ops in the same order;
@@ -37,7 +37,7 @@ class persistent_op {
 
   bool valid() const noexcept { return call_ != nullptr; }
 
-  /// The collective it runs.
+  /// The op it runs.
   op_kind op() const noexcept;
 
   /// Runs the op once more and waits for it: none on success, else the

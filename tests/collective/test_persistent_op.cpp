@@ -1,7 +1,7 @@
-// Persistent ops (group::prepare_*): every collective, run and started
-// many times on the same buffers, against the group's one-off call on the
-// same inputs; arguments refused once at preparation; overlapping starts,
-// mismatched ranks and destroyed groups. Built for Gloo and for shm.
+// Persistent ops (group::prepare_*): every collective, and send and recv,
+// run and started many times on the same buffers, against the group's one-off
+// call on the same inputs; arguments refused once at preparation; overlapping
+// starts, mismatched ranks and destroyed groups. Built for Gloo and for shm.
 #include <atomic>
 #include <latch>
 #include <numeric>
@@ -191,6 +191,88 @@ TEST_CASE("every persistent collective gives its one-off call's result, "
           "run after run, as its input changes") {
   for (int world : {1, 2, 3})
     persistent_against_one_off(world);
+}
+
+TEST_CASE("persistent send and recv carry each run's message, in order, and "
+          "pair with the peer's one-off calls") {
+  test::run_group(2, "persistent-p2p", [](int rank, rank_log& log) {
+    auto g = col::get_group("persistent-p2p");
+    auto peer = 1 - rank;
+    col::send_options to_peer;
+    to_peer.peer = peer;
+    to_peer.tag = 7 + rank; // one tag per direction
+    col::recv_options from_peer;
+    from_peer.peer = peer;
+    from_peer.tag = 7 + peer;
+    auto out = test::make_tensor(col::dtype::int64, block);
+    auto in = test::make_tensor(col::dtype::int64, block);
+    auto send = g->prepare_send(out, to_peer);
+    auto recv = g->prepare_recv(in, from_peer);
+    if (!send || !recv) {
+      log.fail("prepare failed: " +
+               col::render(!send ? send.error() : recv.error()));
+      return;
+    }
+    log.expect(send->op() == col::op_kind::send &&
+                 recv->op() == col::op_kind::recv,
+               "the prepared ops name the wrong kinds");
+    auto values = [](const col::tensor& x) {
+      auto p = static_cast<const int64_t*>(x.data());
+      return std::vector<int64_t>(p, p + x.numel());
+    };
+    // Rank 0 sends a new message each round; rank 1 answers with every
+    // element plus one.
+    for (int round = 0; round < rounds; ++round) {
+      auto what = "round " + std::to_string(round);
+      auto go = [&](col::persistent_op& op) {
+        return round % 2 == 0 ? op.run() : op.start().wait();
+      };
+      test::poison(in);
+      if (rank == 0) {
+        test::fill_pattern(out, rank, 0, uint64_t(round + 1));
+        log.expect(!go(*send), what + ": send failed");
+        log.expect(!go(*recv), what + ": recv failed");
+        auto want = values(out);
+        for (auto& x : want) // unsigned: the pattern spans all 64 bits
+          x = int64_t(uint64_t(x) + 1);
+        log.expect(values(in) == want, what + ": wrong answer");
+      } else {
+        log.expect(!go(*recv), what + ": recv failed");
+        auto got = values(in);
+        auto mine = static_cast<int64_t*>(out.data());
+        for (size_t i = 0; i < got.size(); ++i)
+          mine[i] = int64_t(uint64_t(got[i]) + 1);
+        log.expect(!go(*send), what + ": send failed");
+      }
+    }
+    // A persistent recv takes a one-off send of the same tag.
+    if (rank == 0) {
+      auto note = col::tensor::from_vector(std::vector<int64_t>{5, 4, 3, 2, 1});
+      log.expect(!g->send(note, to_peer).wait(), "one-off send failed");
+    } else {
+      log.expect(!recv->run(), "persistent recv of a one-off send failed");
+      log.expect(values(in) == std::vector<int64_t>{5, 4, 3, 2, 1},
+                 "persistent recv of a one-off send: wrong message");
+    }
+    // Bad peers are refused at preparation, naming what is wrong.
+    col::send_options self;
+    self.peer = rank;
+    auto to_self = g->prepare_send(out, self);
+    log.expect(!to_self, "a send to oneself was prepared");
+    if (!to_self)
+      test::expect_error_of(log, "send to oneself", to_self.error(),
+                            col::errc::invalid_argument,
+                            {"persistent-p2p", "send", "oneself"});
+    col::recv_options far;
+    far.peer = 5;
+    auto from_far = g->prepare_recv(in, far);
+    log.expect(!from_far, "a recv from rank 5 of 2 was prepared");
+    if (!from_far)
+      test::expect_error_of(log, "recv from rank 5", from_far.error(),
+                            col::errc::invalid_argument,
+                            {"persistent-p2p", "recv", "source rank"});
+    test::expect_usable(log, "persistent-p2p", 2, rank);
+  });
 }
 
 TEST_CASE("a persistent op's bad arguments are refused once, at "

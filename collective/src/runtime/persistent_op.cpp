@@ -76,10 +76,27 @@ caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
 
 work group::start_persistent(
   const std::shared_ptr<detail::persistent_call>& call) {
-  return submit(call->op, {}, detail::persistent_body{call}, *lane_);
+  // Sends have a lane of their own, as one-off sends do: a send never
+  // waits behind this rank's receives.
+  auto& target = call->op == op_kind::send ? *send_lane_ : *lane_;
+  return submit(call->op, {}, detail::persistent_body{call}, target);
 }
 
 // -- group::prepare_* -----------------------------------------------------
+
+caf::expected<persistent_op> group::prepare_send(const tensor_view& in,
+                                                 send_options opts) {
+  return prepare(op_kind::send,
+                 detail::check_send(site_of(op_kind::send), in, opts),
+                 detail::send_body(in, opts));
+}
+
+caf::expected<persistent_op> group::prepare_recv(const tensor_view& out,
+                                                 recv_options opts) {
+  return prepare(op_kind::recv,
+                 detail::check_recv(site_of(op_kind::recv), out, opts),
+                 detail::recv_body(out, opts));
+}
 
 caf::expected<persistent_op> group::prepare_broadcast(const tensor_view& in,
                                                       const tensor_view& out,
