@@ -37,7 +37,6 @@ class direct_path : public bench_path {
   std::string_view name() const override { return label_; }
 
   bool supports(bench_op op, bool in_place) const override {
-    if (persistent_ && op == bench_op::sendrecv) return false;
     return !in_place || op == bench_op::allreduce ||
            op == bench_op::broadcast || op == bench_op::reduce;
   }
@@ -95,8 +94,28 @@ class direct_path : public bench_path {
       if (!made) throw std::runtime_error(render(made.error()));
       prepared_ = std::move(*made);
       prepared_args_ = a;
+      if (a.op == bench_op::sendrecv) {
+        auto recv = prepare_recv(a);
+        if (!recv) throw std::runtime_error(render(recv.error()));
+        prepared_recv_ = std::move(*recv);
+      }
     }
-    if (auto err = prepared_.run()) throw std::runtime_error(render(err));
+    if (a.op != bench_op::sendrecv) {
+      if (auto err = prepared_.run()) throw std::runtime_error(render(err));
+      return;
+    }
+    // As the one-off form: the send runs while this rank receives.
+    auto sent = prepared_.start();
+    if (auto err = prepared_recv_.run()) throw std::runtime_error(render(err));
+    if (auto err = sent.wait()) throw std::runtime_error(render(err));
+  }
+
+  caf::expected<persistent_op> prepare_recv(const op_args& a) const {
+    auto counts = counts_of(a.op, a.total, a.ranks);
+    recv_options opts;
+    opts.peer = (a.rank + a.ranks - 1) % a.ranks;
+    return get_group(group_name_)
+      ->prepare_recv(tensor_view{a.out, a.type, counts.out}, opts);
   }
 
   allreduce_options allreduce_opts(const op_args& a) const {
@@ -135,10 +154,14 @@ class direct_path : public bench_path {
       case bench_op::scatter:
         return g->prepare_scatter(in, out, options_for<scatter_options>(a));
       case bench_op::barrier: return g->prepare_barrier();
-      case bench_op::sendrecv: break;
+      case bench_op::sendrecv: {
+        // The send half; prepare_recv makes the other.
+        send_options opts;
+        opts.peer = (a.rank + 1) % a.ranks;
+        return g->prepare_send(in, opts);
+      }
     }
-    return make_error(errc::unsupported, "point-to-point ops have no "
-                                         "persistent form");
+    return make_error(errc::unsupported, "unknown op");
   }
 
   std::string label_;
@@ -146,6 +169,7 @@ class direct_path : public bench_path {
   allreduce_algorithm algorithm_;
   bool persistent_;
   persistent_op prepared_;
+  persistent_op prepared_recv_; // sendrecv: prepared_ is its send
   op_args prepared_args_;
 };
 

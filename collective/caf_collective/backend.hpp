@@ -144,6 +144,11 @@ class backend {
                               const tensor_view& out,
                               const alltoall_options& opts,
                               op_completion& done);
+  /// A send that needs no wait for its peer (shm: a message that fits the
+  /// pair's mailbox, which is empty) is over once written; `done` is then
+  /// called before this returns.
+  virtual bool start_send(const op_call& call, const tensor_view& in,
+                          const send_options& opts, op_completion& done);
 
   /// Unblocks and fails whatever this backend is doing and makes every
   /// later call fail with errc::aborted. Safe from any thread.

@@ -306,6 +306,8 @@ int main(int argc, char** argv) {
       col::destroy_collective_group(g);
     } else if (mode == "victim" || mode == "reader") {
       col::init_collective_group(world, my_rank, "shm", g, options(dir, g));
+      // Tells the test the group formed: the victim dies only after that.
+      std::ofstream{dir + "/formed-" + std::to_string(my_rank)} << "formed\n";
       auto big = test::make_tensor(col::dtype::uint8, size_t{8} << 20);
       for (;;) {
         try {

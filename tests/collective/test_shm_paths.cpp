@@ -4,6 +4,7 @@
 // memory; every dtype and reduce op on both paths, against the reference.
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,7 +98,15 @@ TEST_CASE("shm: a process killed while its peers read its memory makes them "
   for (int r = 0; r < world - 1; ++r)
     readers.push_back(spawn_rank(world, r, dir, "reader", "victim"));
   auto victim = spawn_rank(world, world - 1, dir, "victim", "victim");
-  std::this_thread::sleep_for(2s);
+  // Once formed (on a loaded machine that may take seconds), the ranks
+  // broadcast for a while before the victim dies.
+  auto formed = dir.path / "formed-0";
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       !std::filesystem::exists(formed) &&
+       std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(10ms);
+  CHECK(std::filesystem::exists(formed));
+  std::this_thread::sleep_for(1s);
   kill(victim, SIGKILL);
   test::wait_process(victim, 10s);
   for (auto pid : readers)

@@ -97,6 +97,11 @@ bool backend::start_barrier(const op_call&, const barrier_options&,
   return false;
 }
 
+bool backend::start_send(const op_call&, const tensor_view&,
+                         const send_options&, op_completion&) {
+  return false;
+}
+
 bool backend::start_reduce(const op_call&, const tensor_view&,
                            const tensor_view&, const reduce_options&,
                            op_completion&) {

@@ -14,15 +14,15 @@ inline auto send_body(const tensor_view& in, const send_options& opts) {
     in, opts.timeout, borrow(in, opts),
     [](backend& be, const op_call& c, const auto& in, const auto& opts) {
       return be.send(c, in, opts);
-    });
+    },
+    [](backend& be, const op_call& c, const auto& in, const auto& opts,
+       op_completion& done) { return be.start_send(c, in, opts, done); });
 }
 
 inline auto recv_body(const tensor_view& out, const recv_options& opts) {
-  return make_body(
-    out, opts.timeout, borrow(out, opts),
-    [](backend& be, const op_call& c, const auto& out, const auto& opts) {
-      return be.recv(c, out, opts);
-    });
+  return make_body(out, opts.timeout, borrow(out, opts),
+                   [](backend& be, const op_call& c, const auto& out,
+                      const auto& opts) { return be.recv(c, out, opts); });
 }
 
 inline auto broadcast_body(const tensor_view& in, const tensor_view& out,

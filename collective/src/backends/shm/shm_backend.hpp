@@ -190,6 +190,8 @@ class shm_backend : public backend {
   bool start_alltoall(const op_call& call, const tensor_view& in,
                       const tensor_view& out, const alltoall_options& opts,
                       op_completion& done) override;
+  bool start_send(const op_call& call, const tensor_view& in,
+                  const send_options& opts, op_completion& done) override;
 
   void abort(std::string_view why) override;
 
@@ -350,6 +352,11 @@ class shm_backend : public backend {
 
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
+
+  /// Writes the chunk of `in` at byte `offset` into the mailbox to
+  /// `opts.peer` (empty by then) and posts it.
+  void post_chunk(const tensor_view& in, const send_options& opts,
+                  size_t offset);
 
   /// For ThreadSanitizer (shm_tsan.hpp), ranks of one process: announces
   /// what this rank wrote before it sets a flag that peers wait for, and

@@ -18,7 +18,6 @@ caf::error shm_backend::send(const op_call& call, const tensor_view& in,
                              const send_options& opts) {
   auto deadline = clock::now() + call.timeout;
   auto& box = seg_.mailbox(rank_, opts.peer);
-  auto* data = seg_.mailbox_data(rank_, opts.peer);
   auto capacity = seg_.mailbox_bytes();
   auto total = in.nbytes();
   auto chunks = std::max<size_t>(1, (total + capacity - 1) / capacity);
@@ -30,18 +29,43 @@ caf::error shm_backend::send(const op_call& call, const tensor_view& in,
     };
     if (auto err = wait_until(empty, peer_only, op_kind::send, &call, deadline))
       return err;
-    auto offset = c * capacity;
-    auto bytes = std::min(capacity, total - offset);
-    if (bytes > 0)
-      std::memcpy(data, static_cast<const std::byte*>(in.data()) + offset,
-                  bytes);
-    box.tag = opts.tag;
-    box.total_bytes = total;
-    announce();
-    box.posted.fetch_add(1, std::memory_order_release);
-    ring();
+    post_chunk(in, opts, c * capacity);
   }
   return {};
+}
+
+void shm_backend::post_chunk(const tensor_view& in, const send_options& opts,
+                             size_t offset) {
+  auto& box = seg_.mailbox(rank_, opts.peer);
+  auto total = in.nbytes();
+  auto bytes = std::min(seg_.mailbox_bytes(), total - offset);
+  if (bytes > 0)
+    std::memcpy(seg_.mailbox_data(rank_, opts.peer),
+                static_cast<const std::byte*>(in.data()) + offset, bytes);
+  box.tag = opts.tag;
+  box.total_bytes = total;
+  announce();
+  box.posted.fetch_add(1, std::memory_order_release);
+  ring();
+}
+
+bool shm_backend::start_send(const op_call&, const tensor_view& in,
+                             const send_options& opts, op_completion& done) {
+  // Eager: a message of one chunk into an empty mailbox waits for nobody.
+  // Anything else (a full mailbox, a longer message, an abort, which the
+  // blocking form reports) takes the lane.
+  auto& box = seg_.mailbox(rank_, opts.peer);
+  if (in.nbytes() > seg_.mailbox_bytes() ||
+      aborted_.load(std::memory_order_acquire) ||
+      seg_.header().abort_mark.load(std::memory_order_acquire) != 0 ||
+      box.taken.load(std::memory_order_acquire) !=
+        box.posted.load(std::memory_order_relaxed))
+    return false;
+  take_announcements(); // the receiver's read of the last chunk, for TSan
+  post_chunk(in, opts, 0);
+  auto finished = std::move(done);
+  finished({});
+  return true;
 }
 
 caf::error shm_backend::recv(const op_call& call, const tensor_view& out,
