@@ -509,3 +509,50 @@ TEST_CASE("shm starts: an abort that lands after can_start and before the "
   CHECK(col::render(err).find("aborted inside the window") !=
         std::string::npos);
 }
+
+TEST_CASE("shm starts: a send that fits an empty mailbox is complete when the "
+          "call returns; a send behind it, or longer than the mailbox, takes "
+          "the lane; the receiver gets all in order") {
+  std::latch first_sent{1};
+  run_threads(2, "eager-send", [&](int rank, rank_log& log) {
+    auto g = col::get_group("eager-send");
+    auto small = [](int64_t v) {
+      return col::tensor::from_vector(std::vector<int64_t>(8, v));
+    };
+    // Longer than the 256 KiB mailbox of a group of 2.
+    auto big = test::make_tensor(col::dtype::uint8, size_t{300} << 10);
+    if (rank == 0) {
+      col::send_options to1;
+      to1.peer = 1;
+      auto a = small(1);
+      auto first = g->send(a, to1);
+      // Written before the call returned: no thread hand-off. (Through the
+      // send lane it would still be queued, or running, at this point.)
+      log.expect(first.ready() && !first.wait(),
+                 "the first send was not complete when send() returned");
+      first_sent.count_down();
+      // The mailbox is full until rank 1 takes the first message.
+      auto b = small(2);
+      auto second = g->send(b, to1);
+      test::fill_pattern(big, 0, 0, 3);
+      auto third = g->send(big, to1);
+      log.expect(!outcome(log, second, 10s), "the second send failed");
+      log.expect(!outcome(log, third, 10s), "the long send failed");
+    } else {
+      first_sent.wait(); // nobody receives before the first send is over
+      col::recv_options from0;
+      from0.peer = 0;
+      auto got = small(0);
+      for (int64_t want : {1, 2}) {
+        log.expect(!g->recv(got, from0).wait(), "a recv failed");
+        log.expect(static_cast<const int64_t*>(got.data())[7] == want,
+                   "message " + std::to_string(want) + " came out of order");
+      }
+      auto want = test::make_tensor(col::dtype::uint8, size_t{300} << 10);
+      test::fill_pattern(want, 0, 0, 3);
+      log.expect(!g->recv(big, from0).wait(), "the long recv failed");
+      log.expect_equal("the long message", big, want);
+    }
+    expect_usable(log, "eager-send", 2, rank);
+  });
+}
