@@ -255,22 +255,22 @@ TEST_CASE("persistent send and recv carry each run's message, in order, and "
                  "persistent recv of a one-off send: wrong message");
     }
     // Bad peers are refused at preparation, naming what is wrong.
+    auto refused = [&](const std::string& what,
+                       const caf::expected<col::persistent_op>& made,
+                       std::initializer_list<std::string> needles) {
+      log.expect(!made, what + " was prepared");
+      if (!made)
+        test::expect_error_of(log, what, made.error(),
+                              col::errc::invalid_argument, needles);
+    };
     col::send_options self;
     self.peer = rank;
-    auto to_self = g->prepare_send(out, self);
-    log.expect(!to_self, "a send to oneself was prepared");
-    if (!to_self)
-      test::expect_error_of(log, "send to oneself", to_self.error(),
-                            col::errc::invalid_argument,
-                            {"persistent-p2p", "send", "oneself"});
+    refused("a send to oneself", g->prepare_send(out, self),
+            {"persistent-p2p", "send", "oneself"});
     col::recv_options far;
     far.peer = 5;
-    auto from_far = g->prepare_recv(in, far);
-    log.expect(!from_far, "a recv from rank 5 of 2 was prepared");
-    if (!from_far)
-      test::expect_error_of(log, "recv from rank 5", from_far.error(),
-                            col::errc::invalid_argument,
-                            {"persistent-p2p", "recv", "source rank"});
+    refused("a recv from rank 5 of 2", g->prepare_recv(in, far),
+            {"persistent-p2p", "recv", "source rank"});
     test::expect_usable(log, "persistent-p2p", 2, rank);
   });
 }
