@@ -511,8 +511,8 @@ TEST_CASE("shm starts: an abort that lands after can_start and before the "
 }
 
 TEST_CASE("shm starts: a send that fits an empty mailbox is complete when the "
-          "call returns; a send behind it, or longer than the mailbox, takes "
-          "the lane; the receiver gets all in order") {
+          "call returns, a send behind it or longer than the mailbox takes "
+          "the lane, and the receiver gets all in order") {
   std::latch first_sent{1};
   run_threads(2, "eager-send", [&](int rank, rank_log& log) {
     auto g = col::get_group("eager-send");
