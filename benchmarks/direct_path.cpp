@@ -20,6 +20,15 @@ Opts options_for(const op_args& a) {
   return opts;
 }
 
+/// sendrecv shifts along the ring: each rank sends to the next and
+/// receives from the previous one.
+int next_rank(const op_args& a) {
+  return (a.rank + 1) % a.ranks;
+}
+int previous_rank(const op_args& a) {
+  return (a.rank + a.ranks - 1) % a.ranks;
+}
+
 class direct_path : public bench_path {
  public:
   direct_path(std::string label, const std::string& backend, int rank,
@@ -75,8 +84,8 @@ class direct_path : public bench_path {
       case bench_op::sendrecv: {
         // The send completes only once the peer posted its receive, so it
         // runs asynchronously while this member receives.
-        auto sent = send_async(in, (a.rank + 1) % a.ranks, group_name);
-        recv(out, (a.rank + a.ranks - 1) % a.ranks, group_name);
+        auto sent = send_async(in, next_rank(a), group_name);
+        recv(out, previous_rank(a), group_name);
         if (auto err = sent.wait())
           throw std::runtime_error("send failed: " + caf::to_string(err));
         return;
@@ -113,7 +122,7 @@ class direct_path : public bench_path {
   caf::expected<persistent_op> prepare_recv(const op_args& a) const {
     auto counts = counts_of(a.op, a.total, a.ranks);
     recv_options opts;
-    opts.peer = (a.rank + a.ranks - 1) % a.ranks;
+    opts.peer = previous_rank(a);
     return get_group(group_name_)
       ->prepare_recv(tensor_view{a.out, a.type, counts.out}, opts);
   }
@@ -157,7 +166,7 @@ class direct_path : public bench_path {
       case bench_op::sendrecv: {
         // The send half; prepare_recv makes the other.
         send_options opts;
-        opts.peer = (a.rank + 1) % a.ranks;
+        opts.peer = next_rank(a);
         return g->prepare_send(in, opts);
       }
     }

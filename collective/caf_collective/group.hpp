@@ -271,6 +271,11 @@ class group : public std::enable_shared_from_this<group> {
   void track_pending(const std::shared_ptr<detail::work_state>& state,
                      op_kind op, bool p2p);
 
+  /// The lane that runs `op`: sends have their own (send_lane_).
+  detail::lane& lane_for(op_kind op) const noexcept {
+    return op == op_kind::send ? *send_lane_ : *lane_;
+  }
+
   group_config cfg_;
   std::unique_ptr<detail::lane> lane_;
   // Sends run on a lane of their own: a send completes only once the peer

@@ -346,7 +346,7 @@ bool group::start_without_blocking(
 work group::send(const tensor_view& in, send_options opts) {
   return submit(op_kind::send,
                 detail::check_send(site_of(op_kind::send), in, opts),
-                detail::send_body(in, opts), *send_lane_);
+                detail::send_body(in, opts), lane_for(op_kind::send));
 }
 
 work group::recv(const tensor_view& out, recv_options opts) {

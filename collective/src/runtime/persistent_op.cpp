@@ -76,10 +76,8 @@ caf::expected<persistent_op> group::prepare(op_kind op, caf::error validation,
 
 work group::start_persistent(
   const std::shared_ptr<detail::persistent_call>& call) {
-  // Sends have a lane of their own, as one-off sends do: a send never
-  // waits behind this rank's receives.
-  auto& target = call->op == op_kind::send ? *send_lane_ : *lane_;
-  return submit(call->op, {}, detail::persistent_body{call}, target);
+  return submit(call->op, {}, detail::persistent_body{call},
+                lane_for(call->op));
 }
 
 // -- group::prepare_* -----------------------------------------------------

@@ -353,6 +353,13 @@ class shm_backend : public backend {
   /// Wakes every rank sleeping on the segment's bell.
   void ring() noexcept;
 
+  /// This backend or any rank of the group aborted (ops started without
+  /// blocking leave such cases to the blocking forms, which name who).
+  bool aborted_anywhere() const noexcept {
+    return aborted_.load(std::memory_order_acquire) ||
+           seg_.header().abort_mark.load(std::memory_order_acquire) != 0;
+  }
+
   /// Writes the chunk of `in` at byte `offset` into the mailbox to
   /// `opts.peer` (empty by then) and posts it.
   void post_chunk(const tensor_view& in, const send_options& opts,

@@ -55,9 +55,7 @@ bool shm_backend::start_send(const op_call&, const tensor_view& in,
   // Anything else (a full mailbox, a longer message, an abort, which the
   // blocking form reports) takes the lane.
   auto& box = seg_.mailbox(rank_, opts.peer);
-  if (in.nbytes() > seg_.mailbox_bytes() ||
-      aborted_.load(std::memory_order_acquire) ||
-      seg_.header().abort_mark.load(std::memory_order_acquire) != 0 ||
+  if (in.nbytes() > seg_.mailbox_bytes() || aborted_anywhere() ||
       box.taken.load(std::memory_order_acquire) !=
         box.posted.load(std::memory_order_relaxed))
     return false;

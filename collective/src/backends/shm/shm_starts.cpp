@@ -12,9 +12,7 @@ bool shm_backend::can_start(size_t bytes,
                             size_t finisher_bytes) const noexcept {
   // A peer's abort is reported by the blocking path, which names it.
   return hub_ && bytes <= seg_.small_bytes() &&
-         finisher_bytes <= max_finisher_bytes &&
-         !aborted_.load(std::memory_order_acquire) &&
-         seg_.header().abort_mark.load(std::memory_order_acquire) == 0;
+         finisher_bytes <= max_finisher_bytes && !aborted_anywhere();
 }
 
 bool shm_backend::arrive(const op_call& call, op_notice notice,

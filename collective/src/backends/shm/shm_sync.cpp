@@ -188,9 +188,10 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
     }
     // A peer on this CPU cannot arrive while we spin: let it run. The
     // clock is read only after a yield, the part that may take long.
-    if ((yield_now != nullptr && *yield_now) || i % 64 == 63) {
+    bool peer_beside = yield_now != nullptr && *yield_now;
+    if (peer_beside || i % 64 == 63) {
       // Better than yielding to it: leave it this CPU and run beside it.
-      if (yield_now != nullptr && *yield_now) step_off_shared_cpu(world_size_);
+      if (peer_beside) step_off_shared_cpu(world_size_);
       std::this_thread::yield();
       if (clock::now() >= spin_until) break;
     } else {
