@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -60,9 +59,15 @@ class op_history {
  private:
   op_record* find(uint64_t seq, bool p2p); // newest first; null if evicted
 
+  /// The i-th oldest record.
+  op_record& at(size_t i) { return ring_[(oldest_ + i) % ring_.size()]; }
+
   size_t capacity_;
   mutable std::mutex mtx_;
-  std::deque<op_record> records_;
+  // A ring, filled up to capacity_ and then reused in place: most ops
+  // evict the oldest record, which takes no copying and no allocation.
+  std::vector<op_record> ring_;
+  size_t oldest_ = 0; // index of the oldest record in ring_
 };
 
 } // namespace caf_collective

@@ -204,7 +204,7 @@ template<class Fn>
 caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
                            bool started) {
   // The send lane may run before formation finished on the main lane.
-  formed_.wait();
+  if (!formed_.ready()) formed_.wait();
   if (!started) history_.started(seq, p2p);
   auto err = refusal(op, static_cast<int64_t>(seq), body.dev, body.type);
   if (!err) {

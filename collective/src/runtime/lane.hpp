@@ -2,7 +2,9 @@
 // order, outside CAF's scheduler (architecture.md, section 4).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -82,9 +84,16 @@ class lane {
     std::mutex mtx;
     std::condition_variable cv;
     std::deque<task> tasks;
-    bool stopping = false;
-    bool busy = false;    // the lane thread runs a task
-    bool claimed = false; // a caller runs a task itself
+    // Flags and the number of queued tasks in one word, so that a claim
+    // and its release are one atomic operation each: claimed (a caller
+    // runs a task itself) | busy (the lane thread runs one) | stopping |
+    // tasks * one_task. It changes under mtx, but for release() and the
+    // end of a task; the thread's wait reads it under mtx.
+    static constexpr uint32_t claimed = 1;
+    static constexpr uint32_t busy = 2;
+    static constexpr uint32_t stopping = 4;
+    static constexpr uint32_t one_task = 8;
+    std::atomic<uint32_t> word{0};
   };
 
   static void run(std::shared_ptr<queue_state> state);

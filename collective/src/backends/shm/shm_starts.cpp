@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "backends/shm/shm_backend.hpp"
+#include "vocabulary/coarse_clock.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -30,7 +31,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   record.op = static_cast<op_kind>(notice.op);
   record.seq = call.seq;
   record.timeout = call.timeout;
-  hub_->publish(rank_, target, clock::now() + call.timeout);
+  hub_->publish(rank_, target, coarse_deadline(call.timeout));
   epoch_ = target;
   hub_->arrived(rank_).store(target, std::memory_order_release);
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
