@@ -13,8 +13,8 @@
 #include <caf_collective/config.hpp>
 
 #include "backends/common/stream_copy.hpp"
+#include "runtime/lazy_deadline.hpp"
 #include "test_support.hpp"
-#include "vocabulary/coarse_clock.hpp"
 
 namespace col = caf_collective;
 using test::half_to_float;
@@ -412,24 +412,17 @@ TEST_CASE("a full op history drops finished, then queued records before a "
   CHECK(rs[2].seq == 5);
 }
 
-TEST_CASE("a coarse deadline is never early and at most a tick late") {
-  using std::chrono::steady_clock;
-  namespace d = caf_collective::detail;
-  auto tick = d::coarse_tick();
-  CHECK(tick > steady_clock::duration::zero());
-  CHECK(tick <= std::chrono::milliseconds{10});
-  for (int i = 0; i < 1000; ++i) {
-    auto before = steady_clock::now();
-    auto coarse = d::coarse_now();
-    auto deadline = d::coarse_deadline(std::chrono::milliseconds{50});
-    auto after = steady_clock::now();
-    // The coarse clock lags the precise one, by at most a tick.
-    CHECK(coarse <= after);
-    CHECK(coarse + tick >= before);
-    // So a timeout measured from it never ends before its time.
-    CHECK(deadline >= before + std::chrono::milliseconds{50});
-    CHECK(deadline <= after + tick + std::chrono::milliseconds{50});
-  }
+TEST_CASE("a lazy deadline starts counting at its first use") {
+  using clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  caf_collective::detail::lazy_deadline deadline{milliseconds{50}};
+  auto first = clock::now() + milliseconds{7};
+  CHECK(deadline.given(first) == first + milliseconds{50});
+  // Fixed by the first call: a later wait of the same op keeps it.
+  CHECK(deadline.given(first + milliseconds{30}) == first + milliseconds{50});
+  auto at = clock::now();
+  auto fixed = caf_collective::detail::lazy_deadline::fixed(at);
+  CHECK(fixed.given(at + milliseconds{5}) == at);
 }
 
 TEST_CASE("large host blocks are recycled through the host cache") {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "vocabulary/coarse_clock.hpp"
+#include <time.h>
 
 namespace caf_collective {
 
@@ -22,9 +22,17 @@ long long millis(op_record::clock::duration d) {
 }
 
 // The history is printed in milliseconds, when an op timed out: the coarse
-// clock is precise enough and saves ~15 ns per stamp, two stamps per op.
+// monotonic clock (a few ms resolution, ~5 ns a read here) is precise
+// enough and saves ~20 ns per stamp, two stamps per op, against
+// steady_clock::now(). It is CLOCK_MONOTONIC, the clock of libstdc++'s
+// steady_clock, read less precisely, and never ahead of it.
 op_record::clock::time_point stamp() noexcept {
-  return detail::coarse_now();
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  auto since_boot =
+    std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+  return op_record::clock::time_point{
+    std::chrono::duration_cast<op_record::clock::duration>(since_boot)};
 }
 
 } // namespace

@@ -50,6 +50,7 @@
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
+#include "runtime/lazy_deadline.hpp"
 #include "vocabulary/function_ref.hpp"
 
 namespace caf_collective::detail::shm {
@@ -220,7 +221,7 @@ class shm_backend : public backend {
   struct op_state {
     op_kind op;
     const op_call* call;
-    clock::time_point deadline;
+    lazy_deadline deadline;
     uint64_t first_epoch = 0;
     path how = path::staged;
     /// Staged: round 0's staging was done before begin(), whose step then
@@ -323,7 +324,7 @@ class shm_backend : public backend {
   /// `ready()`, if given) holds, spinning is pointless: yield at once.
   caf::error wait_until(function_ref<bool()> ready,
                         function_ref<std::vector<int>()> laggards, op_kind op,
-                        const op_call* call, clock::time_point deadline,
+                        const op_call* call, lazy_deadline& deadline,
                         const bool* yield_now = nullptr);
 
   /// Direct and single-copy paths: marks this rank as reading its peers'

@@ -7,7 +7,6 @@
 
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_notice.hpp"
-#include "vocabulary/coarse_clock.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -149,7 +148,7 @@ caf::error shm_backend::pipelined_copies(op_state& st, const std::byte* mine,
 caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const broadcast_options& opts) {
-  op_state st{op_kind::broadcast, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::broadcast, &call, lazy_deadline{call.timeout}};
   bool root = rank_ == opts.root;
   const auto& src = root ? in : out;
   stage_ahead(st, out.nbytes(), [&] {
@@ -184,7 +183,7 @@ caf::error shm_backend::gather(const op_call& call, const tensor_view& in,
 caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
                                       const tensor_view& in,
                                       const tensor_view& out, int root) {
-  op_state st{op, &call, coarse_deadline(call.timeout)};
+  op_state st{op, &call, lazy_deadline{call.timeout}};
   stage_ahead(st, in.nbytes(), [&] {
     stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
@@ -206,7 +205,7 @@ caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
 caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
                                 const tensor_view& out,
                                 const scatter_options& opts) {
-  op_state st{op_kind::scatter, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::scatter, &call, lazy_deadline{call.timeout}};
   bool root = rank_ == opts.root;
   auto block = out.nbytes();
   stage_ahead(st, block * size_t(world_size_), [&] {
@@ -228,7 +227,7 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
 caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
                                  const tensor_view& out,
                                  const alltoall_options&) {
-  op_state st{op_kind::alltoall, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::alltoall, &call, lazy_deadline{call.timeout}};
   auto source_view = contribution_of(in, out);
   auto block = in.nbytes() / size_t(world_size_);
   stage_ahead(st, in.nbytes(),
@@ -303,7 +302,7 @@ caf::error shm_backend::staged_alltoall(op_state& st, const std::byte* mine,
 caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const allgatherv_options& opts) {
-  op_state st{op_kind::allgatherv, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::allgatherv, &call, lazy_deadline{call.timeout}};
   std::vector<uint64_t> header{uint64_t(in.type())};
   header.insert(header.end(), opts.counts.begin(), opts.counts.end());
   // The key names the op only: the counts are compared below, with a
@@ -339,7 +338,7 @@ caf::error shm_backend::allgatherv(const op_call& call, const tensor_view& in,
 caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const alltoallv_options& opts) {
-  op_state st{op_kind::alltoallv, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::alltoallv, &call, lazy_deadline{call.timeout}};
   auto w = size_t(world_size_);
   std::vector<uint64_t> header{uint64_t(in.type())};
   header.insert(header.end(), opts.send_counts.begin(), opts.send_counts.end());
@@ -381,7 +380,7 @@ caf::error shm_backend::alltoallv(const op_call& call, const tensor_view& in,
 }
 
 caf::error shm_backend::barrier(const op_call& call, const barrier_options&) {
-  op_state st{op_kind::barrier, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::barrier, &call, lazy_deadline{call.timeout}};
   return begin(st, make_notice(op_kind::barrier, {}, {}, 0, -1, reduce_op::sum,
                                key_of(op_kind::barrier, dtype::uint8, 0)));
 }

@@ -11,13 +11,12 @@
 #include <cstring>
 
 #include "backends/shm/shm_backend.hpp"
-#include "vocabulary/coarse_clock.hpp"
 
 namespace caf_collective::detail::shm {
 
 caf::error shm_backend::send(const op_call& call, const tensor_view& in,
                              const send_options& opts) {
-  auto deadline = coarse_deadline(call.timeout);
+  lazy_deadline deadline{call.timeout};
   auto& box = seg_.mailbox(rank_, opts.peer);
   auto capacity = seg_.mailbox_bytes();
   auto total = in.nbytes();
@@ -69,7 +68,7 @@ bool shm_backend::start_send(const op_call&, const tensor_view& in,
 
 caf::error shm_backend::recv(const op_call& call, const tensor_view& out,
                              const recv_options& opts) {
-  auto deadline = coarse_deadline(call.timeout);
+  lazy_deadline deadline{call.timeout};
   auto& box = seg_.mailbox(opts.peer, rank_);
   const auto* data = seg_.mailbox_data(opts.peer, rank_);
   auto capacity = seg_.mailbox_bytes();

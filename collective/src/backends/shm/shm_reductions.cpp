@@ -8,7 +8,6 @@
 #include "backends/common/stream_copy.hpp"
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_notice.hpp"
-#include "vocabulary/coarse_clock.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -190,7 +189,7 @@ bool shm_backend::start_reduce_scatter(const op_call& call,
 caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const allreduce_options& opts) {
-  op_state st{op_kind::allreduce, &call, coarse_deadline(call.timeout)};
+  op_state st{op_kind::allreduce, &call, lazy_deadline{call.timeout}};
   auto n = in.numel();
   auto es = size_of(in.type());
   stage_ahead(st, n * es,
@@ -293,7 +292,7 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
                                       const tensor_view& in,
                                       const tensor_view& out, reduce_op op,
                                       int root, uint64_t key) {
-  op_state st{kind, &call, coarse_deadline(call.timeout)};
+  op_state st{kind, &call, lazy_deadline{call.timeout}};
   auto n = in.numel();
   auto es = size_of(in.type());
   stage_ahead(st, n * es, [&] {

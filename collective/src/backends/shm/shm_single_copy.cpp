@@ -68,8 +68,9 @@ caf::error shm_backend::agree_on_single_copy(clock::time_point deadline) {
         result.push_back(r);
     return result;
   };
+  auto until = lazy_deadline::fixed(deadline);
   if (auto err = wait_until([&] { return undecided().empty(); }, undecided,
-                            op_kind::barrier, nullptr, deadline))
+                            op_kind::barrier, nullptr, until))
     return err;
   std::vector<int> refused;
   for (int r = 0; r < world_size_; ++r)

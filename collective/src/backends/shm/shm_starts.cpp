@@ -5,7 +5,6 @@
 #include <sched.h>
 
 #include "backends/shm/shm_backend.hpp"
-#include "vocabulary/coarse_clock.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -31,7 +30,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   record.op = static_cast<op_kind>(notice.op);
   record.seq = call.seq;
   record.timeout = call.timeout;
-  hub_->publish(rank_, target, coarse_deadline(call.timeout));
+  hub_->publish(rank_, target, clock::now() + call.timeout);
   epoch_ = target;
   hub_->arrived(rank_).store(target, std::memory_order_release);
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
@@ -74,7 +73,8 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   // An allreduce's result is the same for everyone: computed once.
   const std::byte* shared = nullptr;
   if (failure.empty() && by < 0 && op == op_kind::allreduce) {
-    op_state st{op, nullptr, clock::time_point::max(), target};
+    op_state st{op, nullptr, lazy_deadline::fixed(clock::time_point::max()),
+                target};
     st.how = path::small;
     if (auto err =
           reduce_range(st, 0, 0, n.count, type,
@@ -114,7 +114,7 @@ caf::error shm_backend::write_result(int r, const op_notice& n, int parity,
   auto es = size_of(type);
   auto slot = [&](int q) { return seg_.small_input(q, parity); };
   auto w = size_t(world_size_);
-  op_state st{op, nullptr, clock::time_point::max(),
+  op_state st{op, nullptr, lazy_deadline::fixed(clock::time_point::max()),
               static_cast<uint64_t>(parity)};
   st.how = path::small;
   switch (op) {

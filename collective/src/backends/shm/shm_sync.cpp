@@ -16,6 +16,7 @@
 
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_cpu.hpp"
+#include "vocabulary/cpu_relax.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -36,12 +37,6 @@ constexpr auto spin_limit = std::chrono::microseconds{200};
 // A sleeping waiter wakes at least this often to check the deadline, the
 // abort mark and whether its peers are alive.
 constexpr auto sleep_slice = std::chrono::milliseconds{20};
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value,
            const timespec* timeout) noexcept {
@@ -178,14 +173,16 @@ std::vector<int> shm_backend::gone_among(const std::vector<int>& ranks) const {
 caf::error shm_backend::wait_until(function_ref<bool()> ready,
                                    function_ref<std::vector<int>()> laggards,
                                    op_kind op, const op_call* call,
-                                   clock::time_point deadline,
+                                   lazy_deadline& deadline,
                                    const bool* yield_now) {
   // Where the peers are there already, the clock is not read at all.
   if (ready()) {
     take_announcements();
     return {};
   }
-  auto spin_until = clock::now() + spin_limit;
+  auto started = clock::now();
+  auto give_up = deadline.given(started);
+  auto spin_until = started + spin_limit;
   for (int i = 0; i < spin_iterations; ++i) {
     if (ready()) {
       take_announcements();
@@ -215,14 +212,14 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
       return err;
     }
     auto now = clock::now();
-    if (now >= deadline) {
+    if (now >= give_up) {
       auto missing = laggards();
       failed_code_.store(errc::timeout);
       return make_error(
         errc::timeout, context(op, call),
         not_arrived_text(call ? call->timeout : milliseconds{0}, missing));
     }
-    auto slice = std::min<clock::duration>(deadline - now, sleep_slice);
+    auto slice = std::min<clock::duration>(give_up - now, sleep_slice);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice);
     timespec ts{static_cast<time_t>(ns.count() / 1000000000),
                 static_cast<long>(ns.count() % 1000000000)};
@@ -444,8 +441,9 @@ caf::error shm_backend::finish_formation_steps(const std::string& segment_name,
       if (seg_.control(r).pid == 0) result.push_back(r);
     return result;
   };
+  auto until = lazy_deadline::fixed(deadline);
   if (auto err =
-        wait_until(ready, laggards, op_kind::barrier, nullptr, deadline)) {
+        wait_until(ready, laggards, op_kind::barrier, nullptr, until)) {
     seg_.unlink();
     return err;
   }
