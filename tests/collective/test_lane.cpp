@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -97,4 +99,88 @@ TEST_CASE("a lane that goes away runs every task posted before") {
       });
   }
   CHECK(ran == 50);
+}
+
+namespace {
+
+// Posts a task to `l` and waits until it ran.
+bool run_one(lane& l) {
+  std::atomic<bool> done{false};
+  l.post([&] { done = true; });
+  return eventually(done);
+}
+
+} // namespace
+
+TEST_CASE("a lane that just ran a task picks up the next one without "
+          "sleeping") {
+  auto start = std::chrono::steady_clock::now();
+  {
+    lane l{"polls", 10s};
+    // The first task may be queued before the new thread first looks.
+    REQUIRE(run_one(l));
+    auto before = l.pickups();
+    std::this_thread::sleep_for(5ms);
+    REQUIRE(run_one(l));
+    auto seen = l.pickups();
+    CHECK(seen.polled == before.polled + 1);
+    CHECK(seen.woken == before.woken);
+  }
+  // Going away ends the poll at once, not after its 10 s window.
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("a lane stops polling after a window that went by empty, and "
+          "polls again once a task comes within the window") {
+  lane l{"adapts", 200ms};
+  REQUIRE(run_one(l));
+  auto first = l.pickups(); // the first task may come before a first look
+  std::this_thread::sleep_for(600ms);
+  REQUIRE(run_one(l)); // the poll ran out: the thread slept
+  CHECK(l.pickups().woken == first.woken + 1);
+  // It did not poll after that task (the gap was longer than the window),
+  // so this one wakes it again, but comes soon after the last one.
+  REQUIRE(run_one(l));
+  CHECK(l.pickups().woken == first.woken + 2);
+  std::this_thread::sleep_for(10ms);
+  REQUIRE(run_one(l)); // within the window: found while polling
+  auto seen = l.pickups();
+  CHECK(seen.polled == first.polled + 1);
+  CHECK(seen.woken == first.woken + 2);
+}
+
+TEST_CASE("a lane without a poll window sleeps between tasks") {
+  lane l{"sleeps", 0us};
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(5ms);
+    REQUIRE(run_one(l));
+  }
+  auto seen = l.pickups();
+  CHECK(seen.polled == 0);
+  CHECK(seen.woken == 3);
+}
+
+TEST_CASE("no more lanes poll at once than the process has CPUs") {
+  auto cap = lane::max_polling();
+  REQUIRE(cap >= 1);
+  std::vector<std::unique_ptr<lane>> lanes;
+  for (int i = 0; i < cap + 2; ++i)
+    lanes.push_back(std::make_unique<lane>("cap." + std::to_string(i), 10s));
+  for (auto& l : lanes)
+    REQUIRE(run_one(*l));
+  std::this_thread::sleep_for(50ms); // every lane polls or sleeps by now
+  uint64_t polled = 0;
+  uint64_t woken = 0;
+  for (auto& l : lanes) {
+    polled -= l->pickups().polled;
+    woken -= l->pickups().woken;
+  }
+  for (auto& l : lanes)
+    REQUIRE(run_one(*l));
+  for (auto& l : lanes) {
+    polled += l->pickups().polled;
+    woken += l->pickups().woken;
+  }
+  CHECK(polled == static_cast<uint64_t>(cap));
+  CHECK(woken == 2);
 }

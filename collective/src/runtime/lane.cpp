@@ -1,12 +1,28 @@
 #include "runtime/lane.hpp"
 
 #include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include "runtime/work_state.hpp"
+#include "vocabulary/cpu_relax.hpp"
 
 namespace caf_collective::detail {
 
-lane::lane(const std::string& name) : state_(std::make_shared<queue_state>()) {
+std::chrono::microseconds lane::default_poll_window() {
+  static const auto window = [] {
+    const char* env = std::getenv("CAF_COLLECTIVE_LANE_POLL_US");
+    if (env == nullptr || *env == '\0') return std::chrono::microseconds{100};
+    return std::chrono::microseconds{std::strtoll(env, nullptr, 10)};
+  }();
+  return window;
+}
+
+lane::lane(const std::string& name, std::chrono::microseconds poll_window)
+  : state_(std::make_shared<queue_state>()) {
+  state_->poll_window = std::max(std::chrono::microseconds{0}, poll_window);
   thread_ = std::thread{[state = state_] { run(state); }};
   // Thread names show up in gdb, perf and top; Linux allows 15 characters.
   auto short_name = ("col:" + name).substr(0, 15);
@@ -65,15 +81,80 @@ void lane::release() {
   state_->cv.notify_one();
 }
 
+namespace {
+
+// Lanes of this process polling right now.
+std::atomic<int> lanes_polling{0};
+
+} // namespace
+
+int lane::max_polling() {
+  static const int cap = [] {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+      return std::max(1, CPU_COUNT(&allowed));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return cap;
+}
+
+bool lane::poll_for_work(const queue_state& state) {
+  using clock = std::chrono::steady_clock;
+  // More pollers than CPUs would only take turns at spinning, and take
+  // the CPUs from the threads that are to post (a process with many
+  // groups on few cores): beyond that the lane sleeps at once.
+  if (lanes_polling.fetch_add(1) >= max_polling()) {
+    lanes_polling.fetch_sub(1);
+    return false;
+  }
+  struct leave_polling {
+    ~leave_polling() { lanes_polling.fetch_sub(1); }
+  } polling_slot;
+  auto until = clock::now() + state.poll_window;
+  for (int i = 1;; ++i) {
+    if (queue_state::has_work(state.word.load())) return true;
+    // Yields often: on a machine with more busy threads than cores, the
+    // thread that is to post the next task may need this CPU.
+    if (i % 16 == 0) {
+      std::this_thread::yield();
+      if (clock::now() >= until) return false;
+    } else {
+      cpu_relax();
+    }
+  }
+}
+
 void lane::run(std::shared_ptr<queue_state> state) {
+  using clock = std::chrono::steady_clock;
+  // A thread woken from sleep costs its poster a system call (~10 us on
+  // a VM, where waking an idle CPU is an inter-processor interrupt) and
+  // the task the time that CPU takes to leave idle (30-60 us here). A
+  // member's ops come in bursts, so after a task the thread looks for the
+  // next one a while before it sleeps (docs/benchmarks.md, "Lanes that
+  // look for their next op"). It stops looking after a window that went
+  // by empty, until a task comes within the window again.
+  bool poll = state->poll_window.count() > 0;
   std::unique_lock<std::mutex> guard{state->mtx};
   for (;;) {
-    state->cv.wait(guard, [&] {
-      auto word = state->word.load();
-      return (word & queue_state::claimed) == 0 &&
-             ((word & queue_state::stopping) != 0 ||
-              word >= queue_state::one_task);
-    });
+    if (!queue_state::has_work(state->word.load())) {
+      bool found = false;
+      if (poll) {
+        guard.unlock();
+        found = poll_for_work(*state);
+        guard.lock();
+        poll = found;
+      }
+      if (found) {
+        state->polled.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        auto idle_since = clock::now();
+        state->cv.wait(
+          guard, [&] { return queue_state::has_work(state->word.load()); });
+        state->woken.fetch_add(1, std::memory_order_relaxed);
+        poll = state->poll_window.count() > 0 &&
+               clock::now() - idle_since <= state->poll_window;
+      }
+    }
     if (state->tasks.empty()) return; // stopping and drained
     auto fn = std::move(state->tasks.front());
     state->tasks.pop_front();

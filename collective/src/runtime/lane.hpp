@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -23,7 +24,18 @@ class lane {
  public:
   using task = std::function<void()>;
 
-  explicit lane(const std::string& name);
+  /// How long a lane thread that finished a task keeps looking for the
+  /// next one before it sleeps: CAF_COLLECTIVE_LANE_POLL_US microseconds
+  /// (0 turns polling off), 100 by default.
+  static std::chrono::microseconds default_poll_window();
+
+  /// At most this many lanes of the process poll at once: the CPUs this
+  /// process may run on. The others sleep right after their task.
+  static int max_polling();
+
+  /// `poll_window`: see default_poll_window().
+  explicit lane(const std::string& name,
+                std::chrono::microseconds poll_window = default_poll_window());
 
   /// Runs every task already posted, then joins the thread. If the last
   /// owner lets go on the lane itself (from a completion callback), the
@@ -73,6 +85,18 @@ class lane {
     friend class lane;
   };
 
+  /// How the lane thread found its tasks so far: while polling after the
+  /// previous one, or woken from sleep (a wake-up costs the poster a
+  /// system call and the task the time its CPU takes to leave idle).
+  struct task_pickups {
+    uint64_t polled = 0;
+    uint64_t woken = 0;
+  };
+  task_pickups pickups() const noexcept {
+    return {state_->polled.load(std::memory_order_relaxed),
+            state_->woken.load(std::memory_order_relaxed)};
+  }
+
   /// Whether the caller runs on this lane's thread.
   bool on_lane() const noexcept {
     return std::this_thread::get_id() == thread_.get_id();
@@ -94,9 +118,20 @@ class lane {
     static constexpr uint32_t stopping = 4;
     static constexpr uint32_t one_task = 8;
     std::atomic<uint32_t> word{0};
+    std::chrono::microseconds poll_window{0};
+    std::atomic<uint64_t> polled{0};
+    std::atomic<uint64_t> woken{0};
+
+    /// Whether the thread may run a task or must stop.
+    static bool has_work(uint32_t w) noexcept {
+      return (w & claimed) == 0 && ((w & stopping) != 0 || w >= one_task);
+    }
   };
 
   static void run(std::shared_ptr<queue_state> state);
+
+  /// Spins (politely) up to the poll window for work; true if it came.
+  static bool poll_for_work(const queue_state& state);
 
   std::shared_ptr<queue_state> state_;
   std::thread thread_;
