@@ -111,8 +111,9 @@ class lane {
     // Flags and the number of queued tasks in one word, so that a claim
     // and its release are one atomic operation each: claimed (a caller
     // runs a task itself) | busy (the lane thread runs one) | stopping |
-    // tasks * one_task. It changes under mtx, but for release() and the
-    // end of a task; the thread's wait reads it under mtx.
+    // tasks * one_task. It changes under mtx, except in try_claim(),
+    // release() and at the end of a task; the thread's wait reads it under
+    // mtx, so a change it waits for comes with a notify under mtx.
     static constexpr uint32_t claimed = 1;
     static constexpr uint32_t busy = 2;
     static constexpr uint32_t stopping = 4;
