@@ -113,7 +113,7 @@ class lane {
     // runs a task itself) | busy (the lane thread runs one) | stopping |
     // tasks * one_task. It changes under mtx, except in try_claim(),
     // release() and at the end of a task; the thread's wait reads it under
-    // mtx, so a change it waits for comes with a notify under mtx.
+    // mtx, which release() takes before it notifies.
     static constexpr uint32_t claimed = 1;
     static constexpr uint32_t busy = 2;
     static constexpr uint32_t stopping = 4;
