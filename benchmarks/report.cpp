@@ -99,6 +99,16 @@ void print_header(std::ostream& out, bench_op op, const perf_options& opts) {
       << (copy ? "  %copy" : "") << "  algo\n"
       << "#                       (B) (elements)                    "
          "      (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n";
+  // The driver answers these with the input's ref: it runs them in place,
+  // though its row fills the out-of-place columns (it has no other form).
+  bool driver = std::any_of(
+    opts.paths.begin(), opts.paths.end(),
+    [](const std::string& path) { return path.rfind("driver", 0) == 0; });
+  if (driver && (op == bench_op::allreduce || op == bench_op::broadcast ||
+                 op == bench_op::reduce))
+    out << "# driver: runs " << to_string(op)
+        << " in place (the result replaces the input object); compare it "
+           "with the other paths' in-place columns\n";
 }
 
 void print_row(std::ostream& out, const result_row& row,
