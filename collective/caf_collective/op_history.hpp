@@ -59,8 +59,9 @@ class op_history {
  private:
   op_record* find(uint64_t seq, bool p2p); // newest first; null if evicted
 
-  /// The i-th oldest record.
-  op_record& at(size_t i) { return ring_[(oldest_ + i) % ring_.size()]; }
+  /// Where in ring_ the i-th oldest record is.
+  size_t slot(size_t i) const noexcept { return (oldest_ + i) % ring_.size(); }
+  op_record& at(size_t i) { return ring_[slot(i)]; }
 
   size_t capacity_;
   mutable std::mutex mtx_;

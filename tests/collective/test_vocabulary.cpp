@@ -423,6 +423,8 @@ TEST_CASE("a lazy deadline starts counting at its first use") {
   auto at = clock::now();
   auto fixed = caf_collective::detail::lazy_deadline::fixed(at);
   CHECK(fixed.given(at + milliseconds{5}) == at);
+  auto never = caf_collective::detail::lazy_deadline::never();
+  CHECK(never.given(at) == clock::time_point::max());
 }
 
 TEST_CASE("large host blocks are recycled through the host cache") {

@@ -142,7 +142,6 @@ void lane::run(std::shared_ptr<queue_state> state) {
         guard.unlock();
         found = poll_for_work(*state);
         guard.lock();
-        poll = found;
       }
       if (found) {
         state->polled.fetch_add(1, std::memory_order_relaxed);

@@ -139,7 +139,7 @@ std::vector<op_record> op_history::snapshot() const {
   std::vector<op_record> result;
   result.reserve(ring_.size());
   for (size_t i = 0; i < ring_.size(); ++i)
-    result.push_back(ring_[(oldest_ + i) % ring_.size()]);
+    result.push_back(ring_[slot(i)]);
   return result;
 }
 

@@ -73,8 +73,7 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   // An allreduce's result is the same for everyone: computed once.
   const std::byte* shared = nullptr;
   if (failure.empty() && by < 0 && op == op_kind::allreduce) {
-    op_state st{op, nullptr, lazy_deadline::fixed(clock::time_point::max()),
-                target};
+    op_state st{op, nullptr, lazy_deadline::never(), target};
     st.how = path::small;
     if (auto err =
           reduce_range(st, 0, 0, n.count, type,
@@ -114,7 +113,7 @@ caf::error shm_backend::write_result(int r, const op_notice& n, int parity,
   auto es = size_of(type);
   auto slot = [&](int q) { return seg_.small_input(q, parity); };
   auto w = size_t(world_size_);
-  op_state st{op, nullptr, lazy_deadline::fixed(clock::time_point::max()),
+  op_state st{op, nullptr, lazy_deadline::never(),
               static_cast<uint64_t>(parity)};
   st.how = path::small;
   switch (op) {

@@ -183,11 +183,8 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
   auto started = clock::now();
   auto give_up = deadline.given(started);
   auto spin_until = started + spin_limit;
+  // Pauses first: ready() was just false.
   for (int i = 0; i < spin_iterations; ++i) {
-    if (ready()) {
-      take_announcements();
-      return {};
-    }
     // A peer on this CPU cannot arrive while we spin: let it run. The
     // clock is read only after a yield, the part that may take long.
     bool peer_beside = yield_now != nullptr && *yield_now;
@@ -198,6 +195,10 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
       if (clock::now() >= spin_until) break;
     } else {
       cpu_relax();
+    }
+    if (ready()) {
+      take_announcements();
+      return {};
     }
   }
   auto& h = seg_.header();
