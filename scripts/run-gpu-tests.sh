@@ -75,7 +75,10 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
       index=$((index + 1))
       # initcheck on the two op matrices only: each run costs ~15 s of device time.
       [[ $tool == initcheck && $index -gt 2 ]] && break
-      run "${tool}_$index" timeout 180 "$sanitizer" --tool "$tool" \
+      # Slower under the sanitizer: forming a communicator once took over
+      # the suite's usual 20 s (tests/nccl/nccl_test_support.hpp).
+      run "${tool}_$index" env CAF_COLLECTIVE_GPU_TEST_TIMEOUT_S=120 \
+        timeout 180 "$sanitizer" --tool "$tool" \
         --report-api-errors no --error-exitcode 9 "$here/bin/nccl_gpu_test" \
         "--test-case=${case_name//,/?}"
       grep -E 'ERROR SUMMARY|^\[doctest\] test cases' "$logs/${tool}_$index.log"

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -134,9 +135,24 @@ inline std::vector<double> pattern(col::dtype t, size_t count, int salt = 0) {
   return result;
 }
 
+/// The formation timeout, and default op deadline, of the suite's groups:
+/// 20 s, or CAF_COLLECTIVE_GPU_TEST_TIMEOUT_S seconds. run-gpu-tests.sh sets
+/// it for compute-sanitizer, under which forming the first NCCL communicator
+/// of a process once took over 20 s.
+inline col::milliseconds test_group_timeout() {
+  if (const char* text = std::getenv("CAF_COLLECTIVE_GPU_TEST_TIMEOUT_S")) {
+    char* end = nullptr;
+    auto seconds = std::strtol(text, &end, 10);
+    if (end != text && *end == '\0' && seconds > 0)
+      return std::chrono::seconds{seconds};
+  }
+  return 20s;
+}
+
 /// A group of one rank on the NCCL backend, on CUDA device 0.
-inline col::group_ptr solo_group(const std::string& name,
-                                 col::milliseconds timeout = 20s) {
+inline col::group_ptr
+solo_group(const std::string& name,
+           col::milliseconds timeout = test_group_timeout()) {
   col::group_config cfg;
   cfg.name = name;
   cfg.world_size = 1;

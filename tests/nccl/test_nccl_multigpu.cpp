@@ -15,7 +15,7 @@ std::unique_ptr<col::multigpu_group> solo_multigpu(const std::string& name,
   cfg.rank = 0;
   cfg.cuda_devices = std::move(devices);
   cfg.store = col::make_in_process_store();
-  cfg.timeout = 20s;
+  cfg.timeout = test_group_timeout();
   auto result = col::multigpu_group::create(std::move(cfg));
   REQUIRE_MESSAGE(result, col::render(result.error()));
   return std::move(*result);

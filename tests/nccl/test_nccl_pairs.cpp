@@ -9,10 +9,10 @@
 #include <functional>
 #include <thread>
 
-#include "runtime/backend_factory.hpp"
 #include "backends/nccl/nccl_backend.hpp"
 #include "backends/nccl/nccl_version.hpp"
 #include "nccl_test_support.hpp"
+#include "runtime/backend_factory.hpp"
 
 using namespace nccl_test;
 namespace d = caf_collective::detail;
@@ -27,9 +27,9 @@ bool two_gpus() {
   return false;
 }
 
-col::group_config rank_config(const std::string& name, int rank,
-                              col::rendezvous_store_ptr store,
-                              col::milliseconds timeout = 20s) {
+col::group_config
+rank_config(const std::string& name, int rank, col::rendezvous_store_ptr store,
+            col::milliseconds timeout = test_group_timeout()) {
   col::group_config cfg;
   cfg.name = name;
   cfg.world_size = 2;
@@ -43,7 +43,8 @@ col::group_config rank_config(const std::string& name, int rank,
 
 /// Both ranks' backends, formed side by side.
 std::pair<col::backend_ptr, col::backend_ptr>
-backend_pair(const std::string& name, col::milliseconds timeout = 20s) {
+backend_pair(const std::string& name,
+             col::milliseconds timeout = test_group_timeout()) {
   auto store = col::make_in_process_store();
   caf::expected<col::backend_ptr> one{col::backend_ptr{}};
   std::thread other{
