@@ -19,6 +19,7 @@ mkdir -p "$out"
 {
   echo "cores: $(nproc)"
   lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L2|L3)'
+  echo "clock source: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
   uptime
 } >"$out/machine.txt"
 cat "$out/machine.txt"
