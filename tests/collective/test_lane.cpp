@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -183,4 +184,20 @@ TEST_CASE("no more lanes poll at once than the process has CPUs") {
   }
   CHECK(polled == static_cast<uint64_t>(cap));
   CHECK(woken == 2);
+}
+
+// ctest also runs this case with CAF_COLLECTIVE_LANE_POLL_US set, good and
+// bad, and says in CAF_COLLECTIVE_TEST_EXPECT_POLL_US what the window must
+// be then (tests/collective/CMakeLists.txt): the value is read once per
+// process, so each setting needs a process of its own.
+TEST_CASE("the default poll window comes from CAF_COLLECTIVE_LANE_POLL_US") {
+  const char* expected = std::getenv("CAF_COLLECTIVE_TEST_EXPECT_POLL_US");
+  if (expected == nullptr && std::getenv("CAF_COLLECTIVE_LANE_POLL_US")) {
+    MESSAGE("CAF_COLLECTIVE_LANE_POLL_US is set outside ctest's runs of "
+            "this case: nothing to compare with");
+    return;
+  }
+  auto want = expected ? std::chrono::microseconds{std::atoll(expected)}
+                       : std::chrono::microseconds{100};
+  CHECK(lane::default_poll_window() == want);
 }

@@ -4,18 +4,31 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 #include "runtime/work_state.hpp"
 #include "vocabulary/cpu_relax.hpp"
+#include "vocabulary/log.hpp"
 
 namespace caf_collective::detail {
 
 std::chrono::microseconds lane::default_poll_window() {
   static const auto window = [] {
+    constexpr std::chrono::microseconds fallback{100};
     const char* env = std::getenv("CAF_COLLECTIVE_LANE_POLL_US");
-    if (env == nullptr || *env == '\0') return std::chrono::microseconds{100};
-    return std::chrono::microseconds{std::strtoll(env, nullptr, 10)};
+    if (env == nullptr || *env == '\0') return fallback;
+    // Strict: a typo must not turn polling off unnoticed.
+    char* end = nullptr;
+    errno = 0;
+    auto us = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || errno == ERANGE || us < 0) {
+      logger_for("lane").warn("CAF_COLLECTIVE_LANE_POLL_US='{}' is not a "
+                              "number of microseconds >= 0; using {}",
+                              env, fallback.count());
+      return fallback;
+    }
+    return std::chrono::microseconds{us};
   }();
   return window;
 }
