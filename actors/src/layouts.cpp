@@ -4,7 +4,8 @@ namespace caf_collective::detail {
 
 shape_type stacked_shape(const shape_type& in, int world_size) {
   shape_type result{world_size};
-  result.insert(result.end(), in.begin(), in.end());
+  for (auto extent : in)
+    result.push_back(extent);
   return result;
 }
 

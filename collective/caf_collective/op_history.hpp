@@ -60,7 +60,11 @@ class op_history {
   op_record* find(uint64_t seq, bool p2p); // newest first; null if evicted
 
   /// Where in ring_ the i-th oldest record is.
-  size_t slot(size_t i) const noexcept { return (oldest_ + i) % ring_.size(); }
+  /// (No division: it runs a few times per op.)
+  size_t slot(size_t i) const noexcept {
+    auto s = oldest_ + i;
+    return s >= ring_.size() ? s - ring_.size() : s;
+  }
   op_record& at(size_t i) { return ring_[slot(i)]; }
 
   size_t capacity_;

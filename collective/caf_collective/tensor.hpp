@@ -14,10 +14,9 @@
 
 #include "caf_collective/device.hpp"
 #include "caf_collective/dtype.hpp"
+#include "caf_collective/shape.hpp"
 
 namespace caf_collective {
-
-using shape_type = std::vector<int64_t>;
 
 /// Number of elements of a shape: the product of its extents (1 for a
 /// scalar, i.e. an empty shape); 0 when an extent is negative or the product

@@ -100,6 +100,70 @@ TEST_CASE("tensor views count elements and slice") {
   CHECK(flat.shape() == col::shape_type{10});
 }
 
+TEST_CASE("shapes keep their extents inline and on the heap alike") {
+  // Up to inline_dims extents live in the object; one more moves them to
+  // the heap. Every operation must behave the same on both sides.
+  constexpr auto inline_dims = col::shape_type::inline_dims;
+  for (size_t dims :
+       {size_t{0}, size_t{1}, inline_dims, inline_dims + 1, 3 * inline_dims}) {
+    CAPTURE(dims);
+    std::vector<int64_t> extents(dims);
+    std::iota(extents.begin(), extents.end(), 2);
+    col::shape_type grown;
+    for (auto e : extents)
+      grown.push_back(e);
+    col::shape_type from_vector = extents;
+    col::shape_type from_range(extents.begin(), extents.end());
+    CHECK(grown.size() == dims);
+    CHECK(grown.empty() == (dims == 0));
+    CHECK(grown == from_vector);
+    CHECK(grown == from_range);
+    CHECK(grown.to_vector() == extents);
+    std::vector<int64_t> back = grown;
+    CHECK(back == extents);
+    auto copy = grown;
+    CHECK(copy == grown);
+    if (dims > 0) {
+      copy[dims - 1] += 1; // a copy owns its extents
+      CHECK(copy != grown);
+      CHECK(grown.back() == extents.back());
+      CHECK(grown.front() == 2);
+    }
+    auto moved = std::move(copy);
+    CHECK(moved.size() == dims);
+    CHECK(copy.empty()); // NOLINT: a moved-from shape is empty, and usable
+    copy = grown;
+    CHECK(copy == grown);
+    // insert, as CAF's deserializer appends through std::inserter.
+    col::shape_type inserted;
+    auto at = inserted.begin();
+    for (auto e : extents)
+      at = inserted.insert(at, e) + 1;
+    CHECK(inserted == grown);
+    inserted.insert(inserted.begin(), 1);
+    CHECK(inserted.size() == dims + 1);
+    CHECK(inserted[0] == 1);
+    CHECK(std::equal(inserted.begin() + 1, inserted.end(), extents.begin(),
+                     extents.end()));
+    inserted.clear();
+    CHECK(inserted.empty());
+  }
+  CHECK(col::shape_type{1, 2} != col::shape_type{1, 2, 1});
+  CHECK(col::shape_type{} == col::shape_type{});
+}
+
+TEST_CASE("views of shapes longer than the inline extents count elements") {
+  std::vector<int32_t> xs(128);
+  col::shape_type seven_dims{2, 2, 2, 2, 2, 2, 2};
+  REQUIRE(seven_dims.size() > col::shape_type::inline_dims);
+  col::tensor_view v{xs.data(), col::dtype::int32, seven_dims};
+  CHECK(v.defect() == nullptr);
+  CHECK(v.numel() == 128);
+  auto copy = v;
+  CHECK(copy.shape() == seven_dims);
+  CHECK(copy.shape().data() != v.shape().data());
+}
+
 TEST_CASE("owning tensors allocate zero clone and copy from vectors") {
   auto e = col::tensor::empty(col::dtype::float64, {3, 5});
   REQUIRE(e);

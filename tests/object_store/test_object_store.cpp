@@ -152,6 +152,30 @@ TEST_CASE("object_ref survives CAF serialization") {
   CHECK(col::to_string(ref) == "obj#42@node bfloat16[2,3,4] cuda:2");
 }
 
+TEST_CASE("a shape is serialized exactly like the vector it replaced") {
+  // Nodes built before shape_type existed sent std::vector<int64_t>: the
+  // bytes on the wire must not change, inline or on the heap.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  for (std::vector<int64_t> extents :
+       {std::vector<int64_t>{}, std::vector<int64_t>{3},
+        std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    CAPTURE(extents.size());
+    std::vector<char> as_vector;
+    caf::binary_serializer vector_sink{sys, as_vector};
+    CHECK(!vector_sink(extents));
+    col::shape_type shape = extents;
+    std::vector<char> as_shape;
+    caf::binary_serializer shape_sink{sys, as_shape};
+    CHECK(!shape_sink(shape));
+    CHECK(as_shape == as_vector);
+    col::shape_type back{42}; // loading replaces what was there
+    caf::binary_deserializer source{sys, as_vector};
+    CHECK(!source(back));
+    CHECK(back == shape);
+  }
+}
+
 TEST_CASE("release_owned_by drops exactly what an owner still holds and "
           "frees its bytes") {
   col::object_store store{"node-a"};

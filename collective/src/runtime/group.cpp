@@ -26,6 +26,10 @@ bool breaks_group(const caf::error& err) {
   }
 }
 
+bool timeout_allowed(milliseconds timeout) noexcept {
+  return timeout.count() >= 0 && timeout <= max_timeout;
+}
+
 } // namespace
 
 group::group(group_config cfg) : cfg_(std::move(cfg)) {
@@ -223,7 +227,7 @@ void group::run_task(const std::shared_ptr<detail::work_state>& state,
 }
 
 caf::error group::check_op_timeout(op_kind op, milliseconds timeout) const {
-  if (timeout.count() >= 0 && timeout <= max_timeout) return {};
+  if (timeout_allowed(timeout)) return {};
   return make_error(errc::invalid_argument, context(op, -1),
                     "timeout " + std::to_string(timeout.count()) +
                       " ms is outside [0, " +
@@ -233,7 +237,10 @@ caf::error group::check_op_timeout(op_kind op, milliseconds timeout) const {
 template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
-  if (!validation) validation = check_op_timeout(op, body.timeout);
+  // (The timeout's error is built only when it is wrong: every caf::error
+  // costs calls into libcaf_core.)
+  if (!validation && !timeout_allowed(body.timeout))
+    validation = check_op_timeout(op, body.timeout);
   if (validation) return work::completed(0, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   bool p2p = op == op_kind::send || op == op_kind::recv;

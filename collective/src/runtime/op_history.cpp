@@ -111,7 +111,7 @@ void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
   for (size_t i = victim; i > 0; --i)
     at(i) = at(i - 1);
   at(0) = r;
-  oldest_ = (oldest_ + 1) % ring_.size();
+  oldest_ = slot(1);
 }
 
 void op_history::started(uint64_t seq, bool p2p) {

@@ -1,10 +1,16 @@
 #include "runtime/validate.hpp"
 
+#include <optional>
 #include <string_view>
 
 namespace caf_collective::detail {
 
 namespace {
+
+// A check's finding: empty when the check passed. An empty optional costs
+// nothing, while every caf::error is built and destroyed by calls into
+// libcaf_core: a dozen checks per op added up to a tenth of a small op.
+using problem = std::optional<caf::error>;
 
 std::string describe(const tensor_view& x) {
   return std::to_string(x.numel()) + " " + std::string{to_string(x.type())} +
@@ -23,8 +29,8 @@ caf::error invalid(const call_site& at, std::string detail) {
 
 // A malformed view has no elements; without this check an operation on it
 // would "succeed" while moving nothing.
-caf::error check_well_formed(const call_site& at, const char* name,
-                             const tensor_view& x) {
+problem check_well_formed(const call_site& at, const char* name,
+                          const tensor_view& x) {
   if (x.defect() != nullptr)
     return invalid(at, std::string{name} + " is malformed: shape " +
                          to_string(x.shape()) + " of " + name_of(x.type()) +
@@ -32,8 +38,8 @@ caf::error check_well_formed(const call_site& at, const char* name,
   return {};
 }
 
-caf::error check_buffer(const call_site& at, const char* name,
-                        const tensor_view& x) {
+problem check_buffer(const call_site& at, const char* name,
+                     const tensor_view& x) {
   if (auto err = check_well_formed(at, name, x)) return err;
   if (x.data() == nullptr && x.numel() > 0)
     return invalid(at, std::string{name} + " has " + std::to_string(x.numel()) +
@@ -41,8 +47,8 @@ caf::error check_buffer(const call_site& at, const char* name,
   return {};
 }
 
-caf::error check_same_type(const call_site& at, const tensor_view& in,
-                           const tensor_view& out) {
+problem check_same_type(const call_site& at, const tensor_view& in,
+                        const tensor_view& out) {
   if (in.type() != out.type())
     return invalid(at, "dtype mismatch: input is " +
                          std::string{to_string(in.type())} + ", output is " +
@@ -53,7 +59,7 @@ caf::error check_same_type(const call_site& at, const tensor_view& in,
   return {};
 }
 
-caf::error check_rank(const call_site& at, const char* what, int value) {
+problem check_rank(const call_site& at, const char* what, int value) {
   if (value < 0 || value >= at.world_size)
     return invalid(at, std::string{what} + " " + std::to_string(value) +
                          " is outside [0, " + std::to_string(at.world_size) +
@@ -61,9 +67,8 @@ caf::error check_rank(const call_site& at, const char* what, int value) {
   return {};
 }
 
-caf::error check_count(const call_site& at, const char* name,
-                       const tensor_view& x, size_t expected,
-                       std::string_view why) {
+problem check_count(const call_site& at, const char* name, const tensor_view& x,
+                    size_t expected, std::string_view why) {
   if (x.numel() != expected)
     return invalid(at, std::string{name} + " has " + describe(x) +
                          ", expected " + std::to_string(expected) + " (" +
@@ -71,7 +76,7 @@ caf::error check_count(const call_site& at, const char* name,
   return {};
 }
 
-caf::error check_reduce_op(const call_site& at, reduce_op op, dtype type) {
+problem check_reduce_op(const call_site& at, reduce_op op, dtype type) {
   if (!is_valid(op))
     return invalid(at, "reduce op " + std::to_string(static_cast<int>(op)) +
                          " is not one of sum, product, min, max, avg, band, "
@@ -83,8 +88,8 @@ caf::error check_reduce_op(const call_site& at, reduce_op op, dtype type) {
   return {};
 }
 
-caf::error check_counts_vector(const call_site& at, const char* name,
-                               const std::vector<size_t>& counts) {
+problem check_counts_vector(const call_site& at, const char* name,
+                            const std::vector<size_t>& counts) {
   if (counts.size() != static_cast<size_t>(at.world_size))
     return invalid(at, std::string{name} + " has " +
                          std::to_string(counts.size()) +
@@ -96,9 +101,9 @@ caf::error check_counts_vector(const call_site& at, const char* name,
 // The sum of `counts` elements of `type`, or an error when the sum (or its
 // size in bytes) does not fit in size_t: a wrapped sum would pass the size
 // checks with buffers far too small.
-caf::error checked_sum(const call_site& at, const char* name,
-                       const std::vector<size_t>& counts, dtype type,
-                       size_t& sum) {
+problem checked_sum(const call_site& at, const char* name,
+                    const std::vector<size_t>& counts, dtype type,
+                    size_t& sum) {
   sum = 0;
   for (auto count : counts)
     if (__builtin_add_overflow(sum, count, &sum))
@@ -115,8 +120,8 @@ caf::error checked_sum(const call_site& at, const char* name,
 // `x`'s elements times the world size, as the size of the other buffer of
 // allgather, gather and scatter: refused when that count (or its bytes)
 // does not fit in size_t, instead of comparing against a wrapped size.
-caf::error check_scalable(const call_site& at, const char* name,
-                          const tensor_view& x) {
+problem check_scalable(const call_site& at, const char* name,
+                       const tensor_view& x) {
   size_t count = 0;
   size_t bytes = 0;
   if (__builtin_mul_overflow(x.numel(), size_t(at.world_size), &count) ||
@@ -130,13 +135,15 @@ caf::error check_scalable(const call_site& at, const char* name,
 
 // Returns the first failure. Every check runs (they are cheap: text is
 // built only when a check fails), which keeps the call sites flat.
-template<class... Errors>
-caf::error first_of(Errors&&... errors) {
-  // Points at the first failure: no caf::error assignments (calls into
-  // libcaf_core) on the path where every check passes.
-  caf::error* first = nullptr;
-  ((first = first != nullptr ? first : (errors ? &errors : nullptr)), ...);
-  return first != nullptr ? std::move(*first) : caf::error{};
+template<class... Problems>
+problem first_of(Problems&&... problems) {
+  problem* first = nullptr;
+  ((first = first != nullptr ? first : (problems ? &problems : nullptr)), ...);
+  return first != nullptr ? std::move(*first) : problem{};
+}
+
+caf::error settle(problem p) {
+  return p ? std::move(*p) : caf::error{};
 }
 
 } // namespace
@@ -186,20 +193,22 @@ caf::error check_timeout(const call_site& at, const op_options& opts) {
 
 caf::error check_send(const call_site& at, const tensor_view& in,
                       const send_options& opts) {
-  if (auto err = check_rank(at, "destination rank", opts.peer)) return err;
+  if (auto err = check_rank(at, "destination rank", opts.peer))
+    return std::move(*err);
   if (opts.peer == at.rank)
     return invalid(at,
                    "send to oneself (rank " + std::to_string(at.rank) + ")");
-  return check_buffer(at, "input", in);
+  return settle(check_buffer(at, "input", in));
 }
 
 caf::error check_recv(const call_site& at, const tensor_view& out,
                       const recv_options& opts) {
-  if (auto err = check_rank(at, "source rank", opts.peer)) return err;
+  if (auto err = check_rank(at, "source rank", opts.peer))
+    return std::move(*err);
   if (opts.peer == at.rank)
     return invalid(at, "receive from oneself (rank " + std::to_string(at.rank) +
                          ")");
-  return check_buffer(at, "output", out);
+  return settle(check_buffer(at, "output", out));
 }
 
 caf::error check_broadcast(const call_site& at, const tensor_view& in,
@@ -208,13 +217,13 @@ caf::error check_broadcast(const call_site& at, const tensor_view& in,
   if (auto err = first_of(check_rank(at, "root", opts.root),
                           check_buffer(at, "output", out),
                           check_well_formed(at, "input", in)))
-    return err;
+    return std::move(*err);
   // Off the root the input is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
   if (at.rank != opts.root && in.numel() == 0) return {};
-  return first_of(
-    check_buffer(at, "input", in), check_same_type(at, in, out),
-    check_count(at, "output", out, in.numel(), "same as the input"));
+  return settle(
+    first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
+             check_count(at, "output", out, in.numel(), "same as the input")));
 }
 
 caf::error check_reduce(const call_site& at, const tensor_view& in,
@@ -223,13 +232,13 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
                           check_buffer(at, "input", in),
                           check_well_formed(at, "output", out),
                           check_reduce_op(at, opts.op, in.type())))
-    return err;
+    return std::move(*err);
   // Off the root the output is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
   if (at.rank != opts.root && out.numel() == 0) return {};
-  return first_of(
-    check_buffer(at, "output", out), check_same_type(at, in, out),
-    check_count(at, "output", out, in.numel(), "same as the input"));
+  return settle(
+    first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
+             check_count(at, "output", out, in.numel(), "same as the input")));
 }
 
 caf::error check_allreduce(const call_site& at, const tensor_view& in,
@@ -239,19 +248,19 @@ caf::error check_allreduce(const call_site& at, const tensor_view& in,
     return invalid(at, "allreduce algorithm " +
                          std::to_string(static_cast<int>(opts.algorithm)) +
                          " is not one of the enum's values");
-  return first_of(
+  return settle(first_of(
     check_buffer(at, "input", in), check_buffer(at, "output", out),
     check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type()),
-    check_count(at, "output", out, in.numel(), "same as the input"));
+    check_count(at, "output", out, in.numel(), "same as the input")));
 }
 
 caf::error check_allgather(const call_site& at, const tensor_view& in,
                            const tensor_view& out) {
-  return first_of(check_buffer(at, "input", in),
-                  check_buffer(at, "output", out), check_same_type(at, in, out),
-                  check_scalable(at, "input", in),
-                  check_count(at, "output", out, in.numel() * at.world_size,
-                              "input elements x world size"));
+  return settle(
+    first_of(check_buffer(at, "input", in), check_buffer(at, "output", out),
+             check_same_type(at, in, out), check_scalable(at, "input", in),
+             check_count(at, "output", out, in.numel() * at.world_size,
+                         "input elements x world size")));
 }
 
 caf::error check_allgatherv(const call_site& at, const tensor_view& in,
@@ -262,12 +271,12 @@ caf::error check_allgatherv(const call_site& at, const tensor_view& in,
         first_of(check_counts_vector(at, "counts", opts.counts),
                  check_buffer(at, "input", in), check_buffer(at, "output", out),
                  check_same_type(at, in, out)))
-    return err;
+    return std::move(*err);
   if (auto err = checked_sum(at, "counts", opts.counts, in.type(), total))
-    return err;
-  return first_of(
-    check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
-    check_count(at, "output", out, total, "sum of counts"));
+    return std::move(*err);
+  return settle(
+    first_of(check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
+             check_count(at, "output", out, total, "sum of counts")));
 }
 
 caf::error check_gather(const call_site& at, const tensor_view& in,
@@ -275,13 +284,14 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
   if (auto err = first_of(
         check_rank(at, "root", opts.root), check_buffer(at, "input", in),
         check_well_formed(at, "output", out), check_scalable(at, "input", in)))
-    return err;
+    return std::move(*err);
   // Off the root the output is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
   if (at.rank != opts.root && out.numel() == 0) return {};
-  return first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
-                  check_count(at, "output", out, in.numel() * at.world_size,
-                              "input elements x world size"));
+  return settle(
+    first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
+             check_count(at, "output", out, in.numel() * at.world_size,
+                         "input elements x world size")));
 }
 
 caf::error check_scatter(const call_site& at, const tensor_view& in,
@@ -289,13 +299,14 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
   if (auto err = first_of(
         check_rank(at, "root", opts.root), check_buffer(at, "output", out),
         check_well_formed(at, "input", in), check_scalable(at, "output", out)))
-    return err;
+    return std::move(*err);
   // Off the root the input is unused: it may be empty, but
   // one of the wrong size is still a caller error, caught on every rank.
   if (at.rank != opts.root && in.numel() == 0) return {};
-  return first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
-                  check_count(at, "input", in, out.numel() * at.world_size,
-                              "output elements x world size"));
+  return settle(
+    first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
+             check_count(at, "input", in, out.numel() * at.world_size,
+                         "output elements x world size")));
 }
 
 caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
@@ -304,13 +315,13 @@ caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
   if (auto err = first_of(
         check_buffer(at, "input", in), check_buffer(at, "output", out),
         check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type())))
-    return err;
+    return std::move(*err);
   if (in.numel() % at.world_size != 0)
     return invalid(at, "input has " + describe(in) +
                          ", not divisible by world size " +
                          std::to_string(at.world_size));
-  return check_count(at, "output", out, in.numel() / at.world_size,
-                     "input elements / world size");
+  return settle(check_count(at, "output", out, in.numel() / at.world_size,
+                            "input elements / world size"));
 }
 
 caf::error check_alltoall(const call_site& at, const tensor_view& in,
@@ -319,7 +330,7 @@ caf::error check_alltoall(const call_site& at, const tensor_view& in,
         check_buffer(at, "input", in), check_buffer(at, "output", out),
         check_same_type(at, in, out),
         check_count(at, "output", out, in.numel(), "same as the input")))
-    return err;
+    return std::move(*err);
   if (in.numel() % at.world_size != 0)
     return invalid(at, "input has " + describe(in) +
                          ", not divisible by world size " +
@@ -335,17 +346,17 @@ caf::error check_alltoallv(const call_site& at, const tensor_view& in,
                  check_counts_vector(at, "recv_counts", opts.recv_counts),
                  check_buffer(at, "input", in), check_buffer(at, "output", out),
                  check_same_type(at, in, out)))
-    return err;
+    return std::move(*err);
   // Sequenced: the size checks read the sums.
   size_t sent = 0;
   size_t received = 0;
   if (auto err = first_of(
         checked_sum(at, "send_counts", opts.send_counts, in.type(), sent),
         checked_sum(at, "recv_counts", opts.recv_counts, in.type(), received)))
-    return err;
-  return first_of(
-    check_count(at, "input", in, sent, "sum of send_counts"),
-    check_count(at, "output", out, received, "sum of recv_counts"));
+    return std::move(*err);
+  return settle(
+    first_of(check_count(at, "input", in, sent, "sum of send_counts"),
+             check_count(at, "output", out, received, "sum of recv_counts")));
 }
 
 } // namespace caf_collective::detail

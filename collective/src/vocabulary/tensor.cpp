@@ -62,12 +62,16 @@ tensor_view::tensor_view(void* data, dtype type, shape_type shape, device dev)
 }
 
 tensor_view::tensor_view(void* data, dtype type, size_t count, device dev)
-  : tensor_view(data, type,
-                shape_type{count > size_t{INT64_MAX}
-                             ? int64_t{-1} // refused as a negative extent
-                             : static_cast<int64_t>(count)},
-                dev) {
-  if (count > size_t{INT64_MAX}) defect_ = "a count above INT64_MAX";
+  : data_(data), type_(type), dev_(dev) {
+  // Built on every call of the API: one extent needs no counting loop.
+  if (count > size_t{INT64_MAX}) {
+    shape_.push_back(-1); // what the extent would read as
+    defect_ = "a count above INT64_MAX";
+    return;
+  }
+  shape_.push_back(static_cast<int64_t>(count));
+  defect_ = shape_defect(shape_, type);
+  if (defect_ == nullptr) numel_ = count;
 }
 
 tensor_view tensor_view::slice(size_t first, size_t count) const noexcept {
