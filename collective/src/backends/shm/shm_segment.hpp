@@ -67,13 +67,13 @@ constexpr uint32_t abort_mark_code(uint64_t mark) noexcept {
 }
 
 /// Bytes of a small op's input that ride on the rank's sync line.
-inline constexpr size_t inline_input_bytes = 16;
+inline constexpr size_t inline_input_bytes = 40;
 
 /// What a rank publishes for one op, double-buffered by the parity of the
 /// op's first sync epoch: a fast rank may start its next op (and write the
 /// other parity) while a slow one still reads this one. `key` and
 /// `no_waiter` are what every peer reads at every op: they are published
-/// on the rank's sync line too (rank_control), and read there.
+/// on the rank's sync line of that parity too (sync_line), and read there.
 struct op_notice {
   uint64_t key;      // agreement key: op, dtype, counts, root, reduce op
   uint64_t in_addr;  // direct mode: the rank's input buffer
@@ -89,23 +89,56 @@ struct op_notice {
   uint8_t no_waiter;
 };
 
-struct alignas(cache_line) rank_control {
-  // The sync line: all a peer reads of this rank at every step of a small
-  // op, so that one cache-line transfer per peer carries it. The fields of
-  // a parity are written before the epoch that publishes them.
-  std::atomic<uint64_t> epoch; // sync steps completed
-  /// The CPU the rank ran on at its last step: a waiter whose missing peer
+/// One of a rank's two sync lines: all a peer reads of this rank at a step
+/// of one epoch parity, so that one cache-line transfer per peer carries
+/// it. A small op publishes its key and input in the line of its first
+/// epoch's parity, then that epoch in the same line. With one line for both
+/// parities, only 16 bytes of input fitted beside the two keys; the next
+/// line cost a 32 B op 0.2 us more (docs/benchmarks.md, "One sync line per
+/// parity").
+struct alignas(cache_line) sync_line {
+  /// The last sync epoch of this line's parity the rank completed. Epochs
+  /// come one at a time, so the rank reached epoch e exactly when the line
+  /// of e's parity holds e or more (reached()).
+  std::atomic<uint64_t> epoch;
+  /// The CPU the rank ran on at that step: a waiter whose missing peer
   /// shares its CPU yields at once instead of spinning.
   std::atomic<int32_t> cpu;
-  /// Per parity: op_notice::no_waiter of the op starting there.
-  uint8_t no_waiter[2];
-  /// Per parity: 1 if the op's small input is in `inline_input`, 0 if in
-  /// the rank's small slot.
-  uint8_t input_inline[2];
-  /// Per parity: op_notice::key of the op starting there.
-  uint64_t key[2];
-  /// Per parity: a small op's input of at most inline_input_bytes.
-  alignas(16) std::byte inline_input[2][inline_input_bytes];
+  /// op_notice::no_waiter of the op starting at this parity.
+  uint8_t no_waiter;
+  /// 1 if that op's small input is in `inline_input`, 0 if in the rank's
+  /// small slot.
+  uint8_t input_inline;
+  /// op_notice::key of that op.
+  uint64_t key;
+  /// That op's input, when it has at most inline_input_bytes.
+  alignas(8) std::byte inline_input[inline_input_bytes];
+};
+
+static_assert(sizeof(sync_line) == cache_line,
+              "a sync line must be one cache line");
+
+struct alignas(cache_line) rank_control {
+  /// Indexed by epoch parity. The fields of a line are written before the
+  /// epoch that publishes them.
+  sync_line sync[2];
+
+  sync_line& line(uint64_t epoch) noexcept { return sync[epoch % 2]; }
+  const sync_line& line(uint64_t epoch) const noexcept {
+    return sync[epoch % 2];
+  }
+
+  /// Whether the rank reached sync epoch `target`.
+  bool reached(uint64_t target, std::memory_order order) const noexcept {
+    return line(target).epoch.load(order) >= target;
+  }
+
+  /// The CPU of the rank's step before `target`: where a rank that has not
+  /// reached `target` last ran (ranks are never more than one step apart).
+  int32_t cpu_before(uint64_t target) const noexcept {
+    return line(target - 1).cpu.load(std::memory_order_relaxed);
+  }
+
   /// Non-zero while this rank reads other ranks' buffers (direct mode); an
   /// aborting rank waits for it before its caller may free them.
   alignas(cache_line) std::atomic<uint32_t> reading;
@@ -126,8 +159,8 @@ struct alignas(cache_line) rank_control {
   op_notice notice[2];
 };
 
-static_assert(offsetof(rank_control, reading) == cache_line,
-              "the sync line of rank_control must fit one cache line");
+static_assert(offsetof(rank_control, reading) == 2 * cache_line,
+              "the sync lines of rank_control must fit two cache lines");
 
 /// What a rank's probe word holds: peers check that process_vm_readv read
 /// the right word, not just some readable memory.
@@ -181,9 +214,9 @@ class segment {
   /// Where the input `rank` published for a small op of `parity` lies: on
   /// its sync line or in its small slot.
   const std::byte* small_input(int rank, int parity) const noexcept {
-    const auto& c = control(rank);
-    return c.input_inline[parity] != 0 ? c.inline_input[parity]
-                                       : small_slot(rank, parity);
+    const auto& line = control(rank).sync[parity];
+    return line.input_inline != 0 ? line.inline_input
+                                  : small_slot(rank, parity);
   }
 
   size_t small_bytes() const noexcept { return header_->small_bytes; }

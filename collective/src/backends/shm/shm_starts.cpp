@@ -33,11 +33,11 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   hub_->publish(rank_, target, clock::now() + call.timeout);
   epoch_ = target;
   hub_->arrived(rank_).store(target, std::memory_order_release);
-  mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  mine.line(target).cpu.store(sched_getcpu(), std::memory_order_relaxed);
   announce(); // as step() does before every epoch it sets
   // Sequentially consistent: of two ranks arriving at once, at least one
   // sees the other's epoch, so somebody always finishes the step.
-  mine.epoch.store(target, std::memory_order_seq_cst);
+  mine.line(target).epoch.store(target, std::memory_order_seq_cst);
   ring(); // ranks that wait for this step
   if (aborted_.load(std::memory_order_seq_cst)) {
     // Aborted on another thread since can_start: its abort may have ended
@@ -47,7 +47,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
     return true;
   }
   for (int r = 0; r < world_size_; ++r)
-    if (seg_.control(r).epoch.load(std::memory_order_seq_cst) < target)
+    if (!seg_.control(r).reached(target, std::memory_order_seq_cst))
       return true; // a later arrival finishes it
   serve_arrivals(target, disagreement(parity));
   return true;
@@ -57,7 +57,7 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   auto parity = static_cast<int>(target % 2);
   int sample = -1;
   for (int r = 0; r < world_size_ && sample < 0; ++r)
-    if (seg_.control(r).no_waiter[parity] != 0) sample = r;
+    if (seg_.control(r).sync[parity].no_waiter != 0) sample = r;
   if (sample < 0 || !hub_->win(target)) return;
   // The ranks agree (else `mismatch` says why): any notice stands for all.
   const auto& n = seg_.control(sample).notice[parity];
@@ -86,7 +86,7 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
   // This rank's own op last: its owner may start the next one from the
   // completion, on another thread, and reuse this backend's scratch.
   auto end_op = [&](int r) {
-    if (seg_.control(r).no_waiter[parity] == 0 || !hub_->claim(r, target))
+    if (seg_.control(r).sync[parity].no_waiter == 0 || !hub_->claim(r, target))
       return;
     if (by >= 0) {
       hub_->fail_aborted(r, by, by, cause);

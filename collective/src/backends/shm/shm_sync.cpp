@@ -237,9 +237,9 @@ caf::error shm_backend::step(op_state& st) {
   auto target = ++epoch_;
   auto& mine = seg_.control(rank_);
   auto cpu = sched_getcpu();
-  mine.cpu.store(cpu, std::memory_order_relaxed);
+  mine.line(target).cpu.store(cpu, std::memory_order_relaxed);
   announce();
-  mine.epoch.store(target, std::memory_order_release);
+  mine.line(target).epoch.store(target, std::memory_order_release);
   if (hub_) hub_->arrived(rank_).store(target, std::memory_order_release);
   ring();
   bool beside = false; // a rank still missing last ran on this CPU
@@ -248,9 +248,9 @@ caf::error shm_backend::step(op_state& st) {
     beside = false;
     for (int r = 0; r < world_size_; ++r) {
       auto& c = seg_.control(r);
-      if (c.epoch.load(std::memory_order_acquire) < target) {
+      if (!c.reached(target, std::memory_order_acquire)) {
         all = false;
-        beside |= c.cpu.load(std::memory_order_relaxed) == cpu;
+        beside |= c.cpu_before(target) == cpu;
       }
     }
     return all;
@@ -258,7 +258,7 @@ caf::error shm_backend::step(op_state& st) {
   auto laggards = [this, target] {
     std::vector<int> result;
     for (int r = 0; r < world_size_; ++r)
-      if (seg_.control(r).epoch.load(std::memory_order_acquire) < target)
+      if (!seg_.control(r).reached(target, std::memory_order_acquire))
         result.push_back(r);
     return result;
   };
@@ -297,27 +297,28 @@ void shm_backend::publish(int parity, const op_notice& notice,
                           std::span<const std::byte> payload) noexcept {
   auto& mine = seg_.control(rank_);
   mine.notice[parity] = notice;
-  mine.key[parity] = notice.key;
-  mine.no_waiter[parity] = notice.no_waiter;
+  auto& line = mine.sync[parity];
+  line.key = notice.key;
+  line.no_waiter = notice.no_waiter;
   bool on_line = payload.size() <= inline_input_bytes;
-  mine.input_inline[parity] = on_line ? 1 : 0;
+  line.input_inline = on_line ? 1 : 0;
   if (payload.empty()) return;
   if (on_line)
-    std::memcpy(mine.inline_input[parity], payload.data(), payload.size());
+    std::memcpy(line.inline_input, payload.data(), payload.size());
   else if (payload.size() <= seg_.small_bytes())
     std::memcpy(seg_.small_slot(rank_, parity), payload.data(), payload.size());
 }
 
 std::string shm_backend::disagreement(int parity) const {
   // The common case allocates nothing, and reads only the sync lines.
-  auto first = seg_.control(0).key[parity];
+  auto first = seg_.control(0).sync[parity].key;
   bool same = true;
   for (int r = 1; r < world_size_; ++r)
-    same = same && seg_.control(r).key[parity] == first;
+    same = same && seg_.control(r).sync[parity].key == first;
   if (same) return {};
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
-    keys[seg_.control(r).key[parity]].push_back(r);
+    keys[seg_.control(r).sync[parity].key].push_back(r);
   std::string detail = "ranks disagree on the operation's arguments:";
   for (const auto& [key, ranks] : keys)
     detail += " ranks " + list_ranks(ranks) + " called " +
