@@ -93,20 +93,43 @@ void broadcast_matrix(int world) {
   });
 }
 
-void allgather_matrix(int world) {
+/// One allgather of `n` elements per rank, checked block by block.
+void allgather_once(rank_log& log, const std::string& name, col::dtype t,
+                    int rank, int world, size_t n) {
+  auto what = test::case_name("allgather", t, world, n);
+  auto in = pattern(t, rank, 0, n);
+  auto out = test::make_tensor(t, static_cast<size_t>(world) * n);
+  test::poison(out);
+  col::allgather(in, out, name);
+  for (int r = 0; r < world; ++r)
+    log.expect_equal(what + " block " + std::to_string(r),
+                     out.view().slice(r * n, n), pattern(t, r, 0, n));
+}
+
+/// One alltoall of `n` elements per block, checked block by block; the
+/// input must stay intact.
+void alltoall_once(rank_log& log, const std::string& name, col::dtype t,
+                   int rank, int world, size_t n) {
+  auto what = test::case_name("alltoall", t, world, n);
   auto w = static_cast<size_t>(world);
+  // Block j of the input goes to rank j; block i of the output came from
+  // rank i.
+  auto in = pattern(t, rank, 0, w * n);
+  auto out = test::make_tensor(t, w * n);
+  test::poison(out);
+  col::alltoall(in, out, name);
+  for (int r = 0; r < world; ++r)
+    log.expect_equal(what + " block from " + std::to_string(r),
+                     out.view().slice(r * n, n), pattern(t, r, rank * n, n));
+  log.expect_equal(what + " (input modified)", in, pattern(t, rank, 0, w * n));
+}
+
+void allgather_matrix(int world) {
   auto name = "allgather-" + std::to_string(world);
   test::run_group(world, name, [&](int rank, rank_log& log) {
     for (auto t : col::all_dtypes)
       for (auto n : counts) {
-        auto what = test::case_name("allgather", t, world, n);
-        auto in = pattern(t, rank, 0, n);
-        auto out = test::make_tensor(t, w * n);
-        test::poison(out);
-        col::allgather(in, out, name);
-        for (int r = 0; r < world; ++r)
-          log.expect_equal(what + " block " + std::to_string(r),
-                           out.view().slice(r * n, n), pattern(t, r, 0, n));
+        allgather_once(log, name, t, rank, world, n);
         ++log.checks;
       }
     log.expect(log.checks == 8 * std::size(counts),
@@ -211,24 +234,11 @@ void scatter_matrix(int world) {
 }
 
 void alltoall_matrix(int world) {
-  auto w = static_cast<size_t>(world);
   auto name = "alltoall-" + std::to_string(world);
   test::run_group(world, name, [&](int rank, rank_log& log) {
     for (auto t : col::all_dtypes)
       for (auto n : counts) {
-        auto what = test::case_name("alltoall", t, world, n);
-        // Block j of the input goes to rank j; block i of the output came
-        // from rank i.
-        auto in = pattern(t, rank, 0, w * n);
-        auto out = test::make_tensor(t, w * n);
-        test::poison(out);
-        col::alltoall(in, out, name);
-        for (int r = 0; r < world; ++r)
-          log.expect_equal(what + " block from " + std::to_string(r),
-                           out.view().slice(r * n, n),
-                           pattern(t, r, rank * n, n));
-        log.expect_equal(what + " (input modified)", in,
-                         pattern(t, rank, 0, w * n));
+        alltoall_once(log, name, t, rank, world, n);
         ++log.checks;
       }
     log.expect(log.checks == 8 * std::size(counts),
@@ -306,22 +316,13 @@ void barrier_rounds(int world) {
 /// small slot: both sides of that limit must copy alike.
 void small_contributions(int world) {
   constexpr size_t max_bytes = 72;
-  auto w = static_cast<size_t>(world);
   auto name = "small-contributions-" + std::to_string(world);
   test::run_group(world, name, [&](int rank, rank_log& log) {
     size_t cases = 0;
     for (auto t : {col::dtype::uint8, col::dtype::int32})
       for (size_t n = 1; n * col::size_of(t) <= max_bytes; ++n) {
-        auto what = test::case_name("allgather", t, world, n);
-        auto mine = pattern(t, rank, 0, n);
-        auto gathered = test::make_tensor(t, w * n);
-        test::poison(gathered);
-        col::allgather(mine, gathered, name);
-        for (int r = 0; r < world; ++r)
-          log.expect_equal(what + " block " + std::to_string(r),
-                           gathered.view().slice(r * n, n),
-                           pattern(t, r, 0, n));
-        what = test::case_name("broadcast", t, world, n);
+        allgather_once(log, name, t, rank, world, n);
+        auto what = test::case_name("broadcast", t, world, n);
         int root = world - 1;
         auto x =
           rank == root ? pattern(t, root, 0, n) : test::make_tensor(t, n);
@@ -329,15 +330,7 @@ void small_contributions(int world) {
         col::broadcast(x, root, name);
         log.expect_equal(what, x, pattern(t, root, 0, n));
         // alltoall publishes its whole input: w * n elements.
-        what = test::case_name("alltoall", t, world, n);
-        auto sent = pattern(t, rank, 0, w * n);
-        auto received = test::make_tensor(t, w * n);
-        test::poison(received);
-        col::alltoall(sent, received, name);
-        for (int r = 0; r < world; ++r)
-          log.expect_equal(what + " block from " + std::to_string(r),
-                           received.view().slice(r * n, n),
-                           pattern(t, r, rank * n, n));
+        alltoall_once(log, name, t, rank, world, n);
         ++cases;
       }
     log.expect(cases == 72 + 18, "small contributions: not every case ran");
