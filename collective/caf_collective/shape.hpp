@@ -16,9 +16,10 @@ namespace caf_collective {
 /// Behaves like `std::vector<int64_t>` for what shapes need (build, compare,
 /// index, iterate, append) and converts to and from it. Up to `inline_dims`
 /// extents live inside the object: a `tensor_view` is built on every call of
-/// the API, and with a vector each view cost an allocation and a free, about
-/// a tenth of a small operation (docs/benchmarks.md, "Views without an
-/// allocation"). Longer shapes go to the heap.
+/// the API, and with a vector each view cost an allocation and a free: the
+/// two views of an 8 B allreduce took 0.04 of its 0.28 us at one rank
+/// (docs/benchmarks.md, "Views without an allocation"). Longer shapes go to
+/// the heap.
 ///
 /// CAF serializes it as a sequence (begin, end, size, clear and insert), on
 /// the wire exactly like the vector it replaced.
@@ -68,11 +69,6 @@ class shape_type {
       heap_.reset();
       take(other);
     }
-    return *this;
-  }
-
-  shape_type& operator=(std::initializer_list<int64_t> extents) {
-    assign(extents.begin(), extents.end());
     return *this;
   }
 

@@ -4,12 +4,12 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 
 #include "runtime/work_state.hpp"
 #include "vocabulary/cpu_relax.hpp"
 #include "vocabulary/log.hpp"
+#include "vocabulary/parse_number.hpp"
 
 namespace caf_collective::detail {
 
@@ -19,16 +19,12 @@ std::chrono::microseconds lane::default_poll_window() {
     const char* env = std::getenv("CAF_COLLECTIVE_LANE_POLL_US");
     if (env == nullptr || *env == '\0') return fallback;
     // Strict: a typo must not turn polling off unnoticed.
-    char* end = nullptr;
-    errno = 0;
-    auto us = std::strtoll(env, &end, 10);
-    if (end == env || *end != '\0' || errno == ERANGE || us < 0) {
-      logger_for("lane").warn("CAF_COLLECTIVE_LANE_POLL_US='{}' is not a "
-                              "number of microseconds >= 0; using {}",
-                              env, fallback.count());
-      return fallback;
-    }
-    return std::chrono::microseconds{us};
+    if (auto us = parse_non_negative<int64_t>(env))
+      return std::chrono::microseconds{*us};
+    logger_for("lane").warn("CAF_COLLECTIVE_LANE_POLL_US='{}' is not a "
+                            "number of microseconds >= 0; using {}",
+                            env, fallback.count());
+    return fallback;
   }();
   return window;
 }

@@ -5,11 +5,11 @@
 #include "caf_collective/launch.hpp"
 
 #include <array>
-#include <charconv>
 #include <cstdlib>
 #include <functional>
 
 #include "caf_collective/error.hpp"
+#include "vocabulary/parse_number.hpp"
 
 namespace caf_collective {
 
@@ -46,13 +46,8 @@ std::string value_of(const env_lookup& env, const char* var) {
 
 caf::expected<int> number(const env_lookup& env, const char* var) {
   auto text = value_of(env, var);
-  int result = 0;
-  auto [end, ec] =
-    std::from_chars(text.data(), text.data() + text.size(), result);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() ||
-      result < 0)
-    return malformed(var, text, "a non-negative integer");
-  return result;
+  if (auto result = detail::parse_non_negative<int>(text)) return *result;
+  return malformed(var, text, "a non-negative integer");
 }
 
 caf::expected<uint16_t> port_number(const env_lookup& env, const char* var) {

@@ -63,7 +63,8 @@ tensor_view::tensor_view(void* data, dtype type, shape_type shape, device dev)
 
 tensor_view::tensor_view(void* data, dtype type, size_t count, device dev)
   : data_(data), type_(type), dev_(dev) {
-  // Built on every call of the API: one extent needs no counting loop.
+  // Built on every call of the API: the one extent goes straight into the
+  // shape (no temporary), and the count is known without numel_of.
   if (count > size_t{INT64_MAX}) {
     shape_.push_back(-1); // what the extent would read as
     defect_ = "a count above INT64_MAX";
