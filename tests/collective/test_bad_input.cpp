@@ -113,6 +113,33 @@ TEST_CASE("groups are private to their member scope") {
   CHECK(col::is_group_initialized("scoped"));
 }
 
+TEST_CASE("threads without a member scope share the process table") {
+  // This thread has no scope here: the group goes into the process table.
+  col::init_collective_group(
+    1, 0, "gloo", "process-wide",
+    test::group_options(col::make_in_process_store(), 5s));
+  std::atomic<bool> seen_unscoped{false};
+  std::atomic<bool> seen_scoped{true};
+  std::atomic<bool> seen_after_scope{false};
+  std::thread unscoped{
+    [&] { seen_unscoped = col::is_group_initialized("process-wide"); }};
+  unscoped.join();
+  std::thread scoped{[&] {
+    {
+      col::member_scope own;
+      seen_scoped = col::is_group_initialized("process-wide");
+    }
+    // The scope is gone: lookups reach the process table again.
+    seen_after_scope = col::is_group_initialized("process-wide");
+  }};
+  scoped.join();
+  CHECK(seen_unscoped.load());
+  CHECK_FALSE(seen_scoped.load());
+  CHECK(seen_after_scope.load());
+  col::destroy_collective_group("process-wide");
+  CHECK_FALSE(col::is_group_initialized("process-wide"));
+}
+
 // -- bad arguments to operations -------------------------------------------
 
 TEST_CASE("bad arguments fail before any data moves and the group stays "

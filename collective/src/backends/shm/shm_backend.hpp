@@ -227,6 +227,10 @@ class shm_backend : public backend {
     /// Staged: round 0's staging was done before begin(), whose step then
     /// also serves as round 0's first step (stage_ahead).
     bool staged_ahead = false;
+    /// Small ops whose input lies in the small slot: how many of its cache
+    /// lines each peer published (at most slot_lines_ahead), which the
+    /// first step starts fetching as soon as that peer has reached it.
+    int slot_lines = 0;
     int parity() const noexcept { return int(first_epoch % 2); }
   };
 

@@ -69,6 +69,11 @@ constexpr uint32_t abort_mark_code(uint64_t mark) noexcept {
 /// Bytes of a small op's input that ride on the rank's sync line.
 inline constexpr size_t inline_input_bytes = 40;
 
+/// The most lines of a peer's small slot that a waiting rank fetches ahead
+/// (slot_lines in shm_backend::op_state): beyond 512 B the hardware's own
+/// prefetchers keep up.
+inline constexpr size_t slot_lines_ahead = 8;
+
 /// What a rank publishes for one op, double-buffered by the parity of the
 /// op's first sync epoch: a fast rank may start its next op (and write the
 /// other parity) while a slow one still reads this one. `key` and
