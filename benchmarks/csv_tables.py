@@ -9,7 +9,10 @@ Usage: csv_tables.py FILE.csv [op]    one op in detail (default allreduce)
                                       (compare_mpi.sh); %copy against a
                                       copy bandwidth of GBS (all threads
                                       together) for every column, else
-                                      against each run's own measurement
+                                      against each run's own measurement;
+                                      each of the three may name several
+                                      CSVs joined by commas, of which every
+                                      cell keeps the fastest
 
 One row per size: time (us) and busbw (GB/s) of each path (out-of-place),
 the fastest Gloo algorithm, the slowest single iteration of direct (to show
@@ -55,19 +58,28 @@ def all_ops(path):
               f"{bw} |")
 
 
-def load(path, want):
-    """{(op, size): {"t": us, "bw": busbw, "copy": fraction}} of one path."""
+def load(paths, want):
+    """{(op, size): {"t": us, "bw": busbw, "copy": fraction}} of one path.
+
+    `paths`: one CSV, or several joined by commas (the rounds of
+    compare_mpi.sh --rounds): each cell keeps its fastest round.
+    """
     rows = {}
-    for r in csv.DictReader(open(path)):
-        if r["path"] != want or not r["oop_mean_us"]:
-            continue
-        size = int(r["size"])
-        algbw = float(r["oop_algbw"])
-        t = size / (algbw * 1e3) if algbw > 0 else float(r["oop_median_us"])
-        frac = r.get("oop_copy_frac") or ""
-        rows[(r["op"], size)] = dict(t=t, bw=float(r["oop_busbw"]),
-                                     copy=float(frac) if frac else None,
-                                     ranks=int(r["ranks"]))
+    for path in paths.split(","):
+        for r in csv.DictReader(open(path)):
+            if r["path"] != want or not r["oop_mean_us"]:
+                continue
+            size = int(r["size"])
+            algbw = float(r["oop_algbw"])
+            t = size / (algbw * 1e3) if algbw > 0 else float(
+                r["oop_median_us"])
+            key = (r["op"], size)
+            if key in rows and rows[key]["t"] <= t:
+                continue
+            frac = r.get("oop_copy_frac") or ""
+            rows[key] = dict(t=t, bw=float(r["oop_busbw"]),
+                             copy=float(frac) if frac else None,
+                             ranks=int(r["ranks"]))
     return rows
 
 
