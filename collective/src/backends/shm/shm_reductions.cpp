@@ -200,7 +200,8 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                     key_of(op_kind::allreduce, in.type(), n, -1, opts.op)),
         {}, payload_of(in)))
     return err;
-  // Small: every rank reduces everything from the slots, in rank order.
+  // Small: every rank reduces everything, in rank order, from the peers'
+  // slots and its own input (source()).
   if (st.how == path::small)
     return reduce_range(st, 0, 0, n, in.type(), opts.op, bytes_of(out));
   // Direct, single copy: one round over everything; staged: rounds of one
