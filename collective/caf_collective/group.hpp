@@ -207,7 +207,7 @@ class group : public std::enable_shared_from_this<group> {
   /// This member's last operations of this group (at most 16), oldest
   /// first: what ran, how long, what is still queued. Logged when an op
   /// times out; the actor layer's driver collects it from every rank.
-  std::vector<op_record> recent_ops() const { return history_.snapshot(); }
+  std::vector<op_record> recent_ops() const;
 
  private:
   explicit group(group_config cfg);
@@ -267,6 +267,9 @@ class group : public std::enable_shared_from_this<group> {
   void break_with(const caf::error& err);
 
   void log_recent_ops(const caf::error& err) const;
+  // The op history's phases, each under submit_mtx_.
+  void note_started(uint64_t seq, bool p2p);
+  void note_finished(uint64_t seq, bool p2p, const caf::error& err);
 
   void track_pending(const std::shared_ptr<detail::work_state>& state,
                      op_kind op, bool p2p);
@@ -303,8 +306,8 @@ class group : public std::enable_shared_from_this<group> {
     bool p2p;
   };
   std::deque<pending_op> pending_;
-  std::mutex submit_mtx_;
-  op_history history_;
+  mutable std::mutex submit_mtx_;
+  op_history history_; // guarded by submit_mtx_ (note_started/finished)
 };
 
 using group_ptr = std::shared_ptr<group>;

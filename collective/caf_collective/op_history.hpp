@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,9 +40,11 @@ std::string
 describe(const std::vector<op_record>& records,
          op_record::clock::time_point now = op_record::clock::now());
 
-/// A thread-safe log of the last `capacity` records, oldest first. When it
-/// is full, the oldest finished record makes room, else the oldest queued
-/// one: a running op is dropped last.
+/// A log of the last `capacity` records, oldest first. When it is full, the
+/// oldest finished record makes room, else the oldest queued one: a running
+/// op is dropped last. Not thread-safe: its owner serializes the calls (a
+/// group makes them under its submission lock, which it takes for every op
+/// anyway, so that an op pays for one lock fewer).
 class op_history {
  public:
   explicit op_history(size_t capacity = 16) : capacity_(capacity) {}
@@ -68,7 +69,6 @@ class op_history {
   op_record& at(size_t i) { return ring_[slot(i)]; }
 
   size_t capacity_;
-  mutable std::mutex mtx_;
   // A ring, filled up to capacity_ and then reused in place: most ops
   // evict the oldest record, which takes no copying and no allocation.
   std::vector<op_record> ring_;

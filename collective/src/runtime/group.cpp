@@ -123,7 +123,27 @@ void group::log_recent_ops(const caf::error& err) const {
   log.warn("group '{}' rank {}/{}: {}\nrecent operations of this rank, oldest "
            "first:\n{}",
            cfg_.name, cfg_.rank, cfg_.world_size, render(err),
-           describe(history_.snapshot()));
+           describe(recent_ops()));
+}
+
+std::vector<op_record> group::recent_ops() const {
+  std::lock_guard<std::mutex> guard{submit_mtx_};
+  return history_.snapshot();
+}
+
+// The history shares the submission's lock: submit() records an op's
+// arrival while it holds it anyway. Callers hold no other lock of this
+// group but, through a backend's abort, backend_mtx_: the order is
+// backend_mtx_ -> submit_mtx_, and nothing takes backend_mtx_ under
+// submit_mtx_.
+void group::note_started(uint64_t seq, bool p2p) {
+  std::lock_guard<std::mutex> guard{submit_mtx_};
+  history_.started(seq, p2p);
+}
+
+void group::note_finished(uint64_t seq, bool p2p, const caf::error& err) {
+  std::lock_guard<std::mutex> guard{submit_mtx_};
+  history_.finished(seq, p2p, err);
 }
 
 void group::abort(std::string why) {
@@ -151,7 +171,7 @@ void group::abort(std::string why) {
     auto err = make_error(errc::aborted,
                           context(entry.op, static_cast<int64_t>(state->seq())),
                           "group aborted: " + why);
-    history_.finished(state->seq(), entry.p2p, err);
+    note_finished(state->seq(), entry.p2p, err);
     state->complete(std::move(err));
   }
 }
@@ -209,13 +229,13 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
                            bool started) {
   // The send lane may run before formation finished on the main lane.
   if (!formed_.ready()) formed_.wait();
-  if (!started) history_.started(seq, p2p);
+  if (!started) note_started(seq, p2p);
   auto err = refusal(op, static_cast<int64_t>(seq), body.dev, body.type);
   if (!err) {
     err = body(*backend_, call_of(seq, body.timeout));
     after_failure(err);
   }
-  history_.finished(seq, p2p, err);
+  note_finished(seq, p2p, err);
   return err;
 }
 
@@ -337,13 +357,13 @@ bool group::start_without_blocking(
   if (!formed_.ready() ||
       refusal(op, static_cast<int64_t>(seq), body.dev, body.type))
     return false;
-  history_.started(seq, p2p);
+  note_started(seq, p2p);
   // Lets go of the lane before telling the owner: its next op, submitted
   // from the completion callback, then starts on its own thread too.
   op_completion done = [self = shared_from_this(), state, p2p,
                         lane = &target](caf::error err) {
     self->after_failure(err);
-    self->history_.finished(state->seq(), p2p, err);
+    self->note_finished(state->seq(), p2p, err);
     lane->release();
     state->complete(std::move(err));
   };

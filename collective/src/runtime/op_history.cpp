@@ -73,7 +73,6 @@ std::string describe(const std::vector<op_record>& records,
 
 void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
                         bool running) {
-  std::lock_guard<std::mutex> guard{mtx_};
   if (capacity_ == 0) return;
   op_record r;
   r.seq = seq;
@@ -115,7 +114,6 @@ void op_history::queued(uint64_t seq, bool p2p, op_kind op, size_t bytes,
 }
 
 void op_history::started(uint64_t seq, bool p2p) {
-  std::lock_guard<std::mutex> guard{mtx_};
   if (auto r = find(seq, p2p)) {
     r->state = op_record::phase::running;
     r->started = stamp();
@@ -123,7 +121,6 @@ void op_history::started(uint64_t seq, bool p2p) {
 }
 
 void op_history::finished(uint64_t seq, bool p2p, const caf::error& err) {
-  std::lock_guard<std::mutex> guard{mtx_};
   if (auto r = find(seq, p2p)) {
     if (r->state == op_record::phase::queued) r->started = r->submitted;
     r->state = err ? op_record::phase::failed : op_record::phase::done;
@@ -135,7 +132,6 @@ void op_history::finished(uint64_t seq, bool p2p, const caf::error& err) {
 }
 
 std::vector<op_record> op_history::snapshot() const {
-  std::lock_guard<std::mutex> guard{mtx_};
   std::vector<op_record> result;
   result.reserve(ring_.size());
   for (size_t i = 0; i < ring_.size(); ++i)
