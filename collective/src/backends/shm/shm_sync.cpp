@@ -254,8 +254,8 @@ caf::error shm_backend::step(op_state& st) {
   // fetching it at once overlaps that transfer with the wait for the other
   // ranks and with the way out of the step, where the reads would wait for
   // it later (0.02-0.08 us of a 0.5 us op at 64-128 B, benchmarks.md "Slot
-  // lines fetched ahead"). Not before it reached the step: the line would
-  // be taken from its writer before the write.
+  // lines fetched ahead"). Not before it reached the step: that measured no
+  // gain (the line is taken from its writer before the write, presumably).
   int ahead = target == st.first_epoch ? st.slot_lines : 0;
   auto ready = [this, target, cpu, &beside, ahead] {
     bool all = true;
