@@ -35,11 +35,13 @@
 // copies the other slices from their owners: every rank gets the same bits.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -218,6 +220,25 @@ class shm_backend : public backend {
   enum class path { direct, staged, single_copy, small };
 
   /// One op in progress: its context, deadline and first epoch.
+  /// Part of a peer's small input: `bytes` from `offset`.
+  struct slot_window {
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+
+  /// The cache lines of a slot that hold a window: from byte `first` (a
+  /// line's start), `count` lines, at most slot_lines_ahead.
+  struct line_span {
+    size_t first = 0;
+    size_t count = 0;
+  };
+  static line_span lines_of(const slot_window& w) noexcept {
+    if (w.bytes == 0) return {};
+    auto first = w.offset / cache_line;
+    auto end = (w.offset + w.bytes + cache_line - 1) / cache_line;
+    return {first * cache_line, std::min(end - first, slot_lines_ahead)};
+  }
+
   struct op_state {
     op_kind op;
     const op_call* call;
@@ -227,10 +248,14 @@ class shm_backend : public backend {
     /// Staged: round 0's staging was done before begin(), whose step then
     /// also serves as round 0's first step (stage_ahead).
     bool staged_ahead = false;
-    /// Small ops whose input lies in the small slot: how many of its cache
-    /// lines each peer published (at most slot_lines_ahead), which the
-    /// first step starts fetching as soon as that peer has reached it.
-    int slot_lines = 0;
+    /// Small path: the bytes this rank reads of each peer's input. Where a
+    /// peer's input lies in its small slot, the first step starts fetching
+    /// them as soon as that peer has reached it (at most slot_lines_ahead
+    /// lines). Unset: the whole input, as long as this rank's own (every
+    /// rank contributes alike); ops whose ranks read less, or nothing, set
+    /// it before begin(). Ops that choose their path after begin()
+    /// (allgatherv, alltoallv) fetch nothing ahead.
+    std::optional<slot_window> reads = std::nullopt;
     int parity() const noexcept { return int(first_epoch % 2); }
   };
 

@@ -160,6 +160,8 @@ caf::error shm_backend::broadcast(const op_call& call, const tensor_view& in,
   stage_ahead(st, out.nbytes(), [&] {
     if (root) stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
+  // Off the root: the root's input, which only the root published.
+  if (!root) st.reads = slot_window{0, out.nbytes()};
   if (auto err = begin(
         st,
         make_notice(
@@ -193,6 +195,8 @@ caf::error shm_backend::gather_blocks(op_kind op, const op_call& call,
   stage_ahead(st, in.nbytes(), [&] {
     stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
+  // A gather's other ranks read nothing.
+  if (root >= 0 && rank_ != root) st.reads = slot_window{};
   if (auto err =
         begin(st,
               make_notice(op, in, out, in.numel(), root, reduce_op::sum,
@@ -217,6 +221,8 @@ caf::error shm_backend::scatter(const op_call& call, const tensor_view& in,
   stage_ahead(st, block * size_t(world_size_), [&] {
     if (root) stage_window(bytes_of(in), in.nbytes(), seg_.area_bytes(), 0, 0);
   });
+  // Off the root: this rank's block of the root's input.
+  if (!root) st.reads = slot_window{size_t(rank_) * block, block};
   if (auto err =
         begin(st,
               make_notice(
@@ -238,6 +244,8 @@ caf::error shm_backend::alltoall(const op_call& call, const tensor_view& in,
   auto block = in.nbytes() / size_t(world_size_);
   stage_ahead(st, in.nbytes(),
               [&] { stage_alltoall_round(bytes_of(source_view), block, 0); });
+  // Of each peer's input, the block meant for this rank.
+  st.reads = slot_window{size_t(rank_) * block, block};
   if (auto err =
         begin(st,
               make_notice(op_kind::alltoall, source_view, out, in.numel(), -1,

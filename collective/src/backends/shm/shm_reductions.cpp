@@ -302,6 +302,12 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
     else if (rank_ != root)
       stage_window(bytes_of(in), in.nbytes(), area_elements(es) * es, 0, 0);
   });
+  // What this rank reads of each peer's input: reduce_scatter its block,
+  // reduce's root everything, the other ranks of a reduce nothing.
+  if (kind == op_kind::reduce_scatter)
+    st.reads = slot_window{size_t(rank_) * out.nbytes(), out.nbytes()};
+  else if (rank_ != root)
+    st.reads = slot_window{};
   if (auto err = begin(st, make_notice(kind, in, out, n, root, op, key), {},
                        payload_of(in)))
     return err;

@@ -40,9 +40,9 @@ constexpr auto sleep_slice = std::chrono::milliseconds{20};
 
 // Starts fetching `lines` cache lines from `first` into this core's cache
 // for reading; it changes nothing that the program can observe.
-void fetch_ahead(const std::byte* first, int lines) noexcept {
-  for (int l = 0; l < lines; ++l)
-    __builtin_prefetch(first + size_t(l) * cache_line, 0, 3);
+void fetch_ahead(const std::byte* first, size_t lines) noexcept {
+  for (size_t l = 0; l < lines; ++l)
+    __builtin_prefetch(first + l * cache_line, 0, 3);
 }
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value,
@@ -251,13 +251,18 @@ caf::error shm_backend::step(op_state& st) {
   ring();
   bool beside = false; // a rank still missing last ran on this CPU
   // A peer that reached an op's first step has published its slot input:
-  // fetching it at once overlaps that transfer with the wait for the other
-  // ranks and with the way out of the step, where the reads would wait for
-  // it later (0.02-0.08 us of a 0.5 us op at 64-128 B, benchmarks.md "Slot
-  // lines fetched ahead"). Not before it reached the step: that measured no
-  // gain (the line is taken from its writer before the write, presumably).
-  int ahead = target == st.first_epoch ? st.slot_lines : 0;
-  auto ready = [this, target, cpu, &beside, ahead] {
+  // fetching what this rank reads of it at once overlaps that transfer with
+  // the wait for the other ranks and with the way out of the step, where
+  // the reads would wait for it later (0.02-0.08 us of a 0.5 us op at
+  // 64-128 B, benchmarks.md "Slot lines fetched ahead"). Not before it
+  // reached the step: that measured no gain (the line is taken from its
+  // writer before the write, presumably). Not the lines this rank does not
+  // read: their writer would have to take them back before its next write.
+  auto ahead = target == st.first_epoch && st.how == path::small && st.reads
+                 ? lines_of(*st.reads)
+                 : line_span{};
+  auto parity = int(target % 2);
+  auto ready = [this, target, cpu, &beside, ahead, parity] {
     bool all = true;
     beside = false;
     for (int r = 0; r < world_size_; ++r) {
@@ -265,8 +270,9 @@ caf::error shm_backend::step(op_state& st) {
       if (!c.reached(target, std::memory_order_acquire)) {
         all = false;
         beside |= c.cpu_before(target) == cpu;
-      } else if (ahead > 0 && r != rank_) {
-        fetch_ahead(seg_.small_slot(r, int(target % 2)), ahead);
+      } else if (ahead.count > 0 && r != rank_ &&
+                 c.sync[parity].input_inline == 0) {
+        fetch_ahead(seg_.small_slot(r, parity) + ahead.first, ahead.count);
       }
     }
     return all;
@@ -300,10 +306,7 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
     std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
   // Small ops need nothing more than this step: their data rides along.
   publish(parity, notice, payload);
-  if (payload.size() > inline_input_bytes &&
-      payload.size() <= seg_.small_bytes())
-    st.slot_lines = static_cast<int>(std::min(
-      (payload.size() + cache_line - 1) / cache_line, slot_lines_ahead));
+  if (!st.reads) st.reads = slot_window{0, payload.size()};
   if (auto err = step(st)) return err;
   // Every rank published before stepping; nobody overwrites this parity
   // before every rank passed this op's last step.
