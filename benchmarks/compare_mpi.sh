@@ -86,6 +86,8 @@ echo "# $(uname -srm), $(nproc) cores, $(mpirun --version 2>&1 | head -1)"
 echo "# output in $out"
 status=0
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_mpi.sh: --rounds needs a count >= 1" >&2; exit 2; }
+# The CSVs of a tool's rounds, as csv_tables.py takes them: joined by commas.
+joined() { local IFS=,; echo "$*"; }
 for n in $ranks; do
   threads_csvs=() procs_csvs=() mpi_csvs=() texts=()
   for ((r = 1; r <= rounds; ++r)); do
@@ -117,7 +119,6 @@ for n in $ranks; do
   [[ -n $best ]] && table_args+=(--copy "$best")
   [[ $plot == 1 ]] && table_args+=(--plot "$out/shm-vs-mpi-${n}ranks")
   [[ $rounds == 1 ]] || echo "# each cell: the fastest of $rounds rounds per tool"
-  joined() { local IFS=,; echo "$*"; }
   python3 "$here/csv_tables.py" --compare "$(joined "${threads_csvs[@]}")" \
     "$(joined "${procs_csvs[@]}")" "$(joined "${mpi_csvs[@]}")" "${table_args[@]}"
   echo

@@ -219,7 +219,6 @@ class shm_backend : public backend {
   /// How an op moves its data (see the top of this file).
   enum class path { direct, staged, single_copy, small };
 
-  /// One op in progress: its context, deadline and first epoch.
   /// Part of a peer's small input: `bytes` from `offset`.
   struct slot_window {
     size_t offset = 0;
@@ -239,6 +238,7 @@ class shm_backend : public backend {
     return {first * cache_line, std::min(end - first, slot_lines_ahead)};
   }
 
+  /// One op in progress: its context, deadline and first epoch.
   struct op_state {
     op_kind op;
     const op_call* call;

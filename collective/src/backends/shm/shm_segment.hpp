@@ -70,7 +70,7 @@ constexpr uint32_t abort_mark_code(uint64_t mark) noexcept {
 inline constexpr size_t inline_input_bytes = 40;
 
 /// The most lines of a peer's small slot that a waiting rank fetches ahead
-/// (slot_lines in shm_backend::op_state). Measured at 64-512 B; whether
+/// (op_state::reads in shm_backend.hpp). Measured at 64-512 B; whether
 /// more lines pay at larger inputs was not measured.
 inline constexpr size_t slot_lines_ahead = 8;
 

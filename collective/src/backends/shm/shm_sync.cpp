@@ -261,8 +261,7 @@ caf::error shm_backend::step(op_state& st) {
   auto ahead = target == st.first_epoch && st.how == path::small && st.reads
                  ? lines_of(*st.reads)
                  : line_span{};
-  auto parity = int(target % 2);
-  auto ready = [this, target, cpu, &beside, ahead, parity] {
+  auto ready = [this, &st, target, cpu, &beside, ahead] {
     bool all = true;
     beside = false;
     for (int r = 0; r < world_size_; ++r) {
@@ -271,8 +270,8 @@ caf::error shm_backend::step(op_state& st) {
         all = false;
         beside |= c.cpu_before(target) == cpu;
       } else if (ahead.count > 0 && r != rank_ &&
-                 c.sync[parity].input_inline == 0) {
-        fetch_ahead(seg_.small_slot(r, parity) + ahead.first, ahead.count);
+                 c.line(target).input_inline == 0) {
+        fetch_ahead(seg_.small_slot(r, st.parity()) + ahead.first, ahead.count);
       }
     }
     return all;
