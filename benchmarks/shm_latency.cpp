@@ -21,6 +21,7 @@
 //                                   [--on-lane] [--persistent] [--bytes B]
 //                                   [--iters N] [--pin]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +40,7 @@
 #include <caf_collective/all.hpp>
 
 #include "backends/shm/shm_backend.hpp"
+#include "vocabulary/cpu_relax.hpp"
 
 namespace col = caf_collective;
 using clock_type = std::chrono::steady_clock;
@@ -89,6 +91,15 @@ options parse(int argc, char** argv) {
   return opts;
 }
 
+/// A timed loop whose ops went wrong would time nothing worth printing:
+/// every element of the last sum of ones must be the rank count.
+void check_sums(const options& opts, const std::vector<float>& out) {
+  for (float x : out)
+    if (x != float(opts.ranks))
+      throw std::runtime_error("wrong allreduce result " + std::to_string(x) +
+                               ", expected " + std::to_string(opts.ranks));
+}
+
 /// Times opts.iters allreduces of opts.bytes / 4 float32 on this rank.
 std::vector<double> time_rank(const options& opts, int rank,
                               col::rendezvous_store_ptr store) {
@@ -127,6 +138,7 @@ std::vector<double> time_rank(const options& opts, int rank,
             (*be)->allreduce(call, col::view_of(in), col::view_of(out), aopts))
         throw std::runtime_error(col::render(err));
     });
+    check_sums(opts, out);
     return samples;
   }
   col::member_scope scope; // threads of one process are separate members
@@ -150,6 +162,7 @@ std::vector<double> time_rank(const options& opts, int rank,
     timed(
       [&] { col::allreduce(col::view_of(in), col::view_of(out), "latency"); });
   col::destroy_collective_group("latency");
+  check_sums(opts, out);
   return samples;
 }
 
@@ -172,6 +185,44 @@ void report(const options& opts, std::vector<double> samples) {
                                 : "the API",
               opts.pin ? ", pinned" : "", median, at(0.1), at(0.9), opts.iters,
               at(0.99), at(0.999), samples.back(), static_cast<long>(slow));
+}
+
+// How long one cache line takes to go to another thread and back, the floor
+// of every small op between two ranks. On a VM it depends on where the host
+// placed the vCPUs (two hyperthreads of one core, or two cores), which can
+// differ between launches and halve or double a small op's time: a launch's
+// figures compare with another's only when this line does.
+std::string line_round_trip() {
+  // With one CPU every trip would wait for a time slice.
+  if (std::thread::hardware_concurrency() < 2) return "one CPU only";
+  constexpr int trips = 200000;
+  alignas(64) std::atomic<int> ball{0};
+  int echo_cpu = -1;
+  std::thread echo{[&] {
+    echo_cpu = sched_getcpu();
+    for (int i = 0; i < trips; ++i) {
+      while (ball.load(std::memory_order_acquire) != 2 * i + 1)
+        col::detail::cpu_relax();
+      ball.store(2 * i + 2, std::memory_order_release);
+    }
+  }};
+  int serve_cpu = sched_getcpu();
+  auto start = clock_type::now();
+  for (int i = 0; i < trips; ++i) {
+    ball.store(2 * i + 1, std::memory_order_release);
+    while (ball.load(std::memory_order_acquire) != 2 * i + 2)
+      col::detail::cpu_relax();
+  }
+  auto ns = std::chrono::duration<double, std::nano>(clock_type::now() - start)
+              .count() /
+            trips;
+  echo.join();
+  char text[128];
+  std::snprintf(text, sizeof(text),
+                "a cache line's round trip between two threads %.0f ns "
+                "(CPUs %d and %d)",
+                ns, serve_cpu, echo_cpu);
+  return text;
 }
 
 // What a clock read and a fixed piece of arithmetic cost on this machine:
@@ -208,9 +259,10 @@ void report_machine() {
     std::fclose(f);
   }
   std::printf("machine: a clock read %.1f ns (clock source %s), 1000 dependent "
-              "multiply-adds %.0f ns (checksum %llu)\n",
+              "multiply-adds %.0f ns (checksum %llu), %s\n",
               read_ns, source.c_str(), chain_ns,
-              static_cast<unsigned long long>(x % 10));
+              static_cast<unsigned long long>(x % 10),
+              line_round_trip().c_str());
 }
 
 } // namespace
