@@ -7,86 +7,22 @@
 // cycle, which may create what the process keeps for good, and after many
 // more; a leak of one item per cycle shows as a dozen or more.
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <latch>
-#include <sstream>
 #include <string>
 #include <thread>
 
+#include "../support/process_holdings.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
+using soak::check_no_growth;
 using test::expect_error;
 using test::expect_usable;
 using test::rank_log;
 
 namespace {
-
-/// What a process holds that a group may take.
-struct holdings {
-  size_t fds = 0;
-  size_t threads = 0;
-  size_t mappings = 0;
-
-  bool within(const holdings& base) const {
-    return fds <= base.fds && threads <= base.threads &&
-           mappings <= base.mappings;
-  }
-};
-
-std::ostream& operator<<(std::ostream& out, const holdings& h) {
-  return out << h.fds << " fds, " << h.threads << " threads, " << h.mappings
-             << " shared mappings";
-}
-
-size_t entries_in(const char* dir) {
-  size_t n = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
-holdings now_held() {
-  holdings h;
-  h.fds = entries_in("/proc/self/fd");
-  h.threads = entries_in("/proc/self/task");
-  // Shared segments only: the allocator's own mappings (an arena per
-  // thread, heaps that grow) come and go with the threads' allocations.
-  std::ifstream maps{"/proc/self/maps"};
-  std::string line;
-  while (std::getline(maps, line))
-    if (line.find("memfd:") != std::string::npos ||
-        line.find("/dev/shm/") != std::string::npos)
-      ++h.mappings;
-  return h;
-}
-
-/// Runs `cycle` once to warm up, counts, runs it `rounds` times more and
-/// checks that the process holds no more than after the warm-up. Threads
-/// that end after their owner returned may take a moment to go: the count
-/// is read again for up to 5 s before a difference counts as a leak.
-template<class Cycle>
-void check_no_growth(const std::string& what, int rounds, Cycle cycle) {
-  INFO(what);
-  cycle(0);
-  auto base = now_held();
-  for (int i = 1; i <= rounds; ++i)
-    cycle(i);
-  auto after = now_held();
-  auto give_up = std::chrono::steady_clock::now() + 5s;
-  while (!after.within(base) && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(20ms);
-    after = now_held();
-  }
-  INFO("after the warm-up: " << base << "; after " << rounds
-                             << " more cycles: " << after);
-  CHECK(after.within(base));
-}
 
 /// One healthy cycle: `world` ranks as threads form `name` on `backend`,
 /// run an allreduce whose sum is checked, and destroy the group.

@@ -1,0 +1,101 @@
+// An actor program that declares, uses and destroys groups again and again
+// (a service that runs one job after another in one actor system): each
+// cycle spawns members, runs driver ops on refs, releases its refs,
+// destroys the group and stops its members. Afterwards
+// the node's store is empty, and the process holds no more file
+// descriptors, threads or shared segments than after the first cycle.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <caf_collective/client.hpp>
+#include <caf_collective/client_ops.hpp>
+#include <caf_collective/driver.hpp>
+#include <caf_collective/error.hpp>
+#include <caf_collective/interfaces.hpp>
+#include <caf_collective/member.hpp>
+#include <caf_collective/read.hpp>
+
+#include "../support/process_holdings.hpp"
+
+namespace col = caf_collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+caf::behavior idle_member(caf::event_based_actor*, int32_t) {
+  return {[](int32_t x) { return x; }};
+}
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  col::driver_actor driver;
+  col::driver_api typed;
+  col::object_store_ptr store;
+
+  fixture()
+    : sys((col::add_message_types(cfg), cfg)), driver(col::spawn_driver(sys)),
+      typed(col::typed_driver(driver)), store(col::local_store(sys)) {
+    // nop
+  }
+
+  ~fixture() { caf::anon_send_exit(driver, caf::exit_reason::user_shutdown); }
+
+  /// One job: `world` members of `name` on `backend` run `ops` allreduces
+  /// through the driver (each result checked, every ref released), then
+  /// the group is destroyed and its members stopped.
+  void job(const std::string& name, const std::string& backend, int world,
+           int ops) {
+    caf::scoped_actor self{sys};
+    col::group_spec spec;
+    spec.name = name;
+    spec.world_size = world;
+    spec.backend = backend;
+    spec.timeout = 10s;
+    auto members = col::spawn_group(sys, driver, spec, idle_member);
+    REQUIRE(!col::await_group(self, driver, name, 15s));
+    for (int op = 0; op < ops; ++op) {
+      std::vector<col::object_ref> refs;
+      for (int r = 0; r < world; ++r) {
+        auto ref = store->put(
+          col::tensor::from_vector(std::vector<float>(256, float(r + op))));
+        REQUIRE(ref);
+        refs.push_back(*ref);
+      }
+      auto res = col::allreduce(self, typed, name, refs, {});
+      REQUIRE(res);
+      // sum over r of (r + op)
+      auto expected = float(world * (world - 1) / 2 + world * op);
+      for (auto& ref : res->refs) {
+        auto xs = col::read_vector<float>(*store, ref);
+        REQUIRE(xs);
+        CHECK(xs->front() == expected);
+        CHECK(xs->back() == expected);
+      }
+      // In place: the results are the inputs' refs.
+      for (auto& ref : refs)
+        CHECK(!store->release(ref));
+    }
+    REQUIRE(!col::destroy_group(self, driver, name, 15s));
+    for (auto& m : members)
+      self->send_exit(m, caf::exit_reason::user_shutdown);
+    self->wait_for(members);
+  }
+};
+
+} // namespace
+
+TEST_CASE("jobs run one after another in one actor system give back every "
+          "ref fd thread and segment") {
+  fixture f;
+  for (const std::string backend : {"shm", "gloo"}) {
+    auto name = "soak-" + backend;
+    soak::check_no_growth(backend, 15, [&](int) {
+      f.job(name, backend, 3, 4);
+      CHECK(f.store->objects() == 0);
+      CHECK(f.store->bytes() == 0);
+    });
+  }
+}
