@@ -1,7 +1,8 @@
 // An actor program that declares, uses and destroys groups again and again
 // (a service that runs one job after another in one actor system): each
-// cycle spawns members, runs driver ops on refs, releases its refs,
-// destroys the group and stops its members. Afterwards
+// cycle spawns members, runs driver ops on refs (or lets the members run
+// their own ops), releases its refs, destroys the group and stops its
+// members. Afterwards
 // the node's store is empty, and the process holds no more file
 // descriptors, threads or shared segments than after the first cycle.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -15,6 +16,7 @@
 #include <caf_collective/error.hpp>
 #include <caf_collective/interfaces.hpp>
 #include <caf_collective/member.hpp>
+#include <caf_collective/member_ops.hpp>
 #include <caf_collective/read.hpp>
 
 #include "../support/process_holdings.hpp"
@@ -26,6 +28,46 @@ namespace {
 
 caf::behavior idle_member(caf::event_based_actor*, int32_t) {
   return {[](int32_t x) { return x; }};
+}
+
+using go_atom = caf::atom_constant<caf::atom("soak_go")>;
+
+/// `left` allreduces of this member's own tensor (every element its rank),
+/// one after another from its handlers; delivers the last sum's first
+/// element, or the first error.
+void allreduce_in_turn(caf::event_based_actor* self, std::string group,
+                       int32_t rank, int32_t left, caf::response_promise rp) {
+  auto store = col::local_store(self->system());
+  auto ref =
+    store->put(col::tensor::from_vector(std::vector<float>(64, float(rank))));
+  if (!ref) {
+    rp.deliver(ref.error());
+    return;
+  }
+  col::collectives(self, group)
+    .allreduce(*ref)
+    .then(
+      [=](col::object_ref& out) mutable {
+        auto xs = col::read_vector<float>(*store, out);
+        store->release(out); // in place: the input's ref
+        if (!xs)
+          rp.deliver(xs.error());
+        else if (left == 1)
+          rp.deliver(xs->front());
+        else
+          allreduce_in_turn(self, group, rank, left - 1, rp);
+      },
+      [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+}
+
+caf::behavior allreducing_member(caf::event_based_actor* self, int32_t rank) {
+  return {
+    [self, rank](go_atom, const std::string& group, int32_t ops) {
+      auto rp = self->make_response_promise();
+      allreduce_in_turn(self, group, rank, ops, rp);
+      return rp;
+    },
+  };
 }
 
 struct fixture {
@@ -78,6 +120,35 @@ struct fixture {
       for (auto& ref : refs)
         CHECK(!store->release(ref));
     }
+    finish(self, name, members);
+  }
+
+  /// The same with the members as the source of the group's ops: each
+  /// member runs `ops` allreduces from its own handlers.
+  void member_job(const std::string& name, const std::string& backend,
+                  int world, int ops) {
+    caf::scoped_actor self{sys};
+    col::group_spec spec;
+    spec.name = name;
+    spec.world_size = world;
+    spec.backend = backend;
+    spec.timeout = 10s;
+    spec.ops_from = col::op_source::members;
+    auto members = col::spawn_group(sys, driver, spec, allreducing_member);
+    REQUIRE(!col::await_group(self, driver, name, 15s));
+    for (auto& m : members)
+      self->send(m, go_atom::value, name, int32_t{ops});
+    for (size_t i = 0; i < members.size(); ++i)
+      self->receive(
+        [&](float first) { CHECK(first == float(world * (world - 1) / 2)); },
+        [&](caf::error& err) { FAIL(col::render(err)); },
+        caf::after(std::chrono::seconds{30}) >>
+          [&] { FAIL("a member's allreduces did not end within 30 s"); });
+    finish(self, name, members);
+  }
+
+  void finish(caf::scoped_actor& self, const std::string& name,
+              const std::vector<col::member_actor>& members) {
     REQUIRE(!col::destroy_group(self, driver, name, 15s));
     for (auto& m : members)
       self->send_exit(m, caf::exit_reason::user_shutdown);
@@ -94,6 +165,19 @@ TEST_CASE("jobs run one after another in one actor system give back every "
     auto name = "soak-" + backend;
     soak::check_no_growth(backend, 15, [&](int) {
       f.job(name, backend, 3, 4);
+      CHECK(f.store->objects() == 0);
+      CHECK(f.store->bytes() == 0);
+    });
+  }
+}
+
+TEST_CASE("jobs whose members start their own ops give back every ref fd "
+          "thread and segment") {
+  fixture f;
+  for (const std::string backend : {"shm", "gloo"}) {
+    auto name = "soak-members-" + backend;
+    soak::check_no_growth(backend, 15, [&](int) {
+      f.member_job(name, backend, 3, 4);
       CHECK(f.store->objects() == 0);
       CHECK(f.store->bytes() == 0);
     });
