@@ -1,7 +1,8 @@
 // What a process holds that a group may take and must give back: file
 // descriptors (sockets, memfds, pidfds, eventfds), threads (lanes, transport
-// loops, watchdogs, actors' workers) and shared mappings (segments). The
-// soak tests count them after a warm-up cycle and after many more.
+// loops, watchdogs, actors' workers) and shared mappings (segments), and the
+// heap an op must not keep. The soak tests count them after a warm-up and
+// after many more cycles or ops.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <ostream>
 #include <string>
 #include <thread>
+
+#include <malloc.h>
 
 #include <doctest/doctest.h>
 
@@ -53,6 +56,12 @@ inline holdings now_held() {
         line.find("/dev/shm/") != std::string::npos)
       ++h.shared_mappings;
   return h;
+}
+
+/// Bytes the allocator has handed out and not taken back, every arena.
+inline size_t heap_in_use() {
+  auto info = mallinfo2();
+  return info.uordblks + info.hblkhd;
 }
 
 /// Runs `cycle(0)` to warm up, counts, runs `cycle(1..rounds)` and checks
