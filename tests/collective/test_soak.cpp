@@ -132,10 +132,11 @@ TEST_CASE("a group aborted during an op and destroyed gives back what it "
 }
 
 // An op allocates nothing that outlives it: a long training run makes
-// millions. Every form of submission, 30000 ops per rank after a warm-up of
-// 3000: the heap must not grow by 64 KiB (2 B per op would show).
-TEST_CASE("30000 small ops of every submission form leave the heap as they "
-          "found it") {
+// millions. Every form of submission and every kind of op, 30000 ops per
+// rank after a warm-up of 3000: the heap must not grow by 64 KiB (2 B per
+// op would show).
+TEST_CASE("30000 small ops of every submission form and kind leave the heap "
+          "as they found it") {
   constexpr int warm_up = 3000;
   constexpr int ops = 30000;
   constexpr size_t allowed = 64 * 1024;
@@ -155,8 +156,15 @@ TEST_CASE("30000 small ops of every submission form leave the heap as they "
         col::view_of(in), col::view_of(out));
       REQUIRE(persistent);
       // Blocking, on the lane (waited), persistent: in turn.
+      std::vector<float> gathered(8);
+      std::vector<float> block(2);
+      std::vector<float> swapped(4);
+      std::vector<float> message(4);
+      // Every form of submission and every op kind in turn: blocking,
+      // waited async and persistent allreduce, then the data movers and
+      // a message from rank 0 to rank 1.
       auto one = [&](int i) {
-        switch (i % 3) {
+        switch (i % 8) {
           case 0:
             col::allreduce(col::view_of(in), col::view_of(out), name);
             break;
@@ -166,9 +174,25 @@ TEST_CASE("30000 small ops of every submission form leave the heap as they "
                              .wait())
               log.fail("async allreduce: " + col::render(err));
             break;
-          default:
+          case 2:
             if (auto err = persistent->run())
               log.fail("persistent allreduce: " + col::render(err));
+            break;
+          case 3:
+            col::allgather(col::view_of(in), col::view_of(gathered), name);
+            break;
+          case 4: col::broadcast(col::view_of(message), 0, name); break;
+          case 5:
+            col::reduce_scatter(col::view_of(in), col::view_of(block), name);
+            break;
+          case 6:
+            col::alltoall(col::view_of(in), col::view_of(swapped), name);
+            break;
+          default:
+            if (rank == 0)
+              col::send(col::view_of(in), 1, name);
+            else
+              col::recv(col::view_of(message), 0, name);
         }
       };
       for (int i = 0; i < warm_up; ++i)
@@ -180,6 +204,9 @@ TEST_CASE("30000 small ops of every submission form leave the heap as they "
         one(i);
       log.expect(out[0] == 3.0f && out[3] == 3.0f,
                  "the last sum is " + std::to_string(out[0]));
+      log.expect(gathered[0] == 1.0f && gathered[7] == 2.0f,
+                 "the last allgather is wrong");
+      log.expect(block[0] == 3.0f, "the last reduce_scatter is wrong");
       sync.arrive_and_wait();
       if (rank == 0) after = soak::heap_in_use();
       sync.arrive_and_wait();
