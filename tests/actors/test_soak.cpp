@@ -177,30 +177,37 @@ struct fixture {
 
 } // namespace
 
-TEST_CASE("jobs run one after another in one actor system give back every "
-          "ref fd thread and segment") {
+namespace {
+
+/// Jobs of `job_of(fixture, name, backend)` one after another, 15 after a
+/// warm-up per backend: the store empty after each, nothing growing.
+template<class Job>
+void soak_jobs(const std::string& prefix, Job job_of) {
   fixture f;
   for (const std::string backend : {"shm", "gloo"}) {
-    auto name = "soak-" + backend;
     soak::check_no_growth(backend, 15, [&](int) {
-      f.job(name, backend, 3, {4});
+      job_of(f, prefix + backend, backend);
       CHECK(f.store->objects() == 0);
       CHECK(f.store->bytes() == 0);
     });
   }
 }
 
+} // namespace
+
+TEST_CASE("jobs run one after another in one actor system give back every "
+          "ref fd thread and segment") {
+  soak_jobs("soak-",
+            [](fixture& f, const std::string& name,
+               const std::string& backend) { f.job(name, backend, 3, {4}); });
+}
+
 TEST_CASE("jobs whose members start their own ops give back every ref fd "
           "thread and segment") {
-  fixture f;
-  for (const std::string backend : {"shm", "gloo"}) {
-    auto name = "soak-members-" + backend;
-    soak::check_no_growth(backend, 15, [&](int) {
-      f.member_job(name, backend, 3, {4});
-      CHECK(f.store->objects() == 0);
-      CHECK(f.store->bytes() == 0);
-    });
-  }
+  soak_jobs("soak-members-", [](fixture& f, const std::string& name,
+                                const std::string& backend) {
+    f.member_job(name, backend, 3, {4});
+  });
 }
 
 // A long job makes many ops through the driver or from its members: none

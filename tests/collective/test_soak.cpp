@@ -42,67 +42,75 @@ void healthy_cycle(const std::string& backend, const std::string& name,
 
 const char* const backends[] = {"gloo", "shm"};
 
+/// For each of `which` backends: `cycle(backend, name)` `rounds` times
+/// after a warm-up, nothing may grow, and no segment of `name` may stay in
+/// /dev/shm. The name is `prefix` and the backend.
+template<class Backends, class Cycle>
+void soak_each(const Backends& which, const std::string& prefix, int rounds,
+               Cycle cycle) {
+  for (const std::string backend : which) {
+    auto name = prefix + backend;
+    check_no_growth(backend, rounds, [&](int) { cycle(backend, name); });
+    CHECK(test::shm_leftovers(name).empty());
+  }
+}
+
 } // namespace
 
 TEST_CASE("groups formed and destroyed 60 times give back every fd thread "
           "and mapping") {
-  for (const std::string backend : {"gloo", "shm", "auto"}) {
-    auto name = "soak-healthy-" + backend;
-    check_no_growth(backend, 60, [&](int) { healthy_cycle(backend, name, 3); });
-    CHECK(test::shm_leftovers(name).empty());
-  }
+  const char* const all[] = {"gloo", "shm", "auto"};
+  soak_each(all, "soak-healthy-", 60,
+            [](const std::string& backend, const std::string& name) {
+              healthy_cycle(backend, name, 3);
+            });
 }
 
 TEST_CASE("a formation that times out gives back what it took") {
-  for (const std::string backend : backends) {
-    auto name = "soak-formation-" + backend;
-    check_no_growth(backend, 12, [&](int) {
-      // World size 3: rank 2 never comes.
-      auto store = col::make_in_process_store();
-      auto results = test::run_threads(2, [&](int rank, rank_log& log) {
-        expect_error(log, "init", col::errc::timeout, {name}, [&] {
-          col::init_collective_group(3, rank, backend, name,
-                                     test::group_options(store, 200ms));
-        });
-      });
-      test::check_ranks(results);
-    });
-    CHECK(test::shm_leftovers(name).empty());
-  }
+  soak_each(backends, "soak-formation-", 12,
+            [](const std::string& backend, const std::string& name) {
+              // World size 3: rank 2 never comes.
+              auto store = col::make_in_process_store();
+              auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+                expect_error(log, "init", col::errc::timeout, {name}, [&] {
+                  col::init_collective_group(3, rank, backend, name,
+                                             test::group_options(store, 200ms));
+                });
+              });
+              test::check_ranks(results);
+            });
 }
 
 TEST_CASE("ranks that disagree and then destroy the group give back what "
           "they took") {
-  for (const std::string backend : backends) {
-    auto name = "soak-mismatch-" + backend;
-    check_no_growth(backend, 12, [&](int) {
-      auto store = col::make_in_process_store();
-      std::latch done{2};
-      auto results = test::run_threads(2, [&](int rank, rank_log& log) {
-        col::init_collective_group(2, rank, backend, name,
-                                   test::group_options(store, 500ms));
-        auto x = test::make_tensor(col::dtype::float32, rank == 0 ? 10 : 30);
-        try {
-          col::allreduce(x, name);
-          log.fail("an allreduce of 10 against 30 elements succeeded");
-        } catch (const col::collective_error&) {
-          // Which error depends on the backend (see the hardening suite);
-          // here only what the failure leaves behind counts.
-        }
-        done.arrive_and_wait();
-        col::destroy_collective_group(name);
-      });
-      test::check_ranks(results);
-    });
-    CHECK(test::shm_leftovers(name).empty());
-  }
+  soak_each(backends, "soak-mismatch-", 12,
+            [](const std::string& backend, const std::string& name) {
+              auto store = col::make_in_process_store();
+              std::latch done{2};
+              auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+                col::init_collective_group(2, rank, backend, name,
+                                           test::group_options(store, 500ms));
+                auto x =
+                  test::make_tensor(col::dtype::float32, rank == 0 ? 10 : 30);
+                try {
+                  col::allreduce(x, name);
+                  log.fail("an allreduce of 10 against 30 elements succeeded");
+                } catch (const col::collective_error&) {
+                  // Which error depends on the backend (see the hardening
+                  // suite); here only what the failure leaves behind counts.
+                }
+                done.arrive_and_wait();
+                col::destroy_collective_group(name);
+              });
+              test::check_ranks(results);
+            });
 }
 
 TEST_CASE("a group aborted during an op and destroyed gives back what it "
           "took") {
-  for (const std::string backend : backends) {
-    auto name = "soak-abort-" + backend;
-    check_no_growth(backend, 12, [&](int) {
+  soak_each(
+    backends, "soak-abort-", 12,
+    [](const std::string& backend, const std::string& name) {
       auto store = col::make_in_process_store();
       std::latch done{2};
       auto results = test::run_threads(2, [&](int rank, rank_log& log) {
@@ -127,8 +135,6 @@ TEST_CASE("a group aborted during an op and destroyed gives back what it "
       });
       test::check_ranks(results);
     });
-    CHECK(test::shm_leftovers(name).empty());
-  }
 }
 
 // An op allocates nothing that outlives it: a long training run makes
