@@ -88,6 +88,18 @@ struct fixture {
 
   ~fixture() { caf::anon_send_exit(driver, caf::exit_reason::user_shutdown); }
 
+  static col::group_spec spec_of(const std::string& name,
+                                 const std::string& backend, int world,
+                                 col::op_source ops_from) {
+    col::group_spec spec;
+    spec.name = name;
+    spec.world_size = world;
+    spec.backend = backend;
+    spec.timeout = 10s;
+    spec.ops_from = ops_from;
+    return spec;
+  }
+
   /// After round i of a job's ops, with the group still up.
   using round_end = std::function<void(size_t)>;
 
@@ -97,11 +109,7 @@ struct fixture {
   void job(const std::string& name, const std::string& backend, int world,
            std::vector<int> rounds, round_end after_round = nullptr) {
     caf::scoped_actor self{sys};
-    col::group_spec spec;
-    spec.name = name;
-    spec.world_size = world;
-    spec.backend = backend;
-    spec.timeout = 10s;
+    auto spec = spec_of(name, backend, world, col::op_source::driver);
     auto members = col::spawn_group(sys, driver, spec, idle_member);
     REQUIRE(!col::await_group(self, driver, name, 15s));
     for (size_t round = 0; round < rounds.size(); ++round) {
@@ -112,30 +120,30 @@ struct fixture {
     finish(self, name, members);
   }
 
+  /// One driver allreduce of a ref per rank (rank r's elements r + op),
+  /// its results checked and its refs released.
   void allreduce_refs(caf::scoped_actor& self, const std::string& name,
                       int world, int op) {
-    {
-      std::vector<col::object_ref> refs;
-      for (int r = 0; r < world; ++r) {
-        auto ref = store->put(
-          col::tensor::from_vector(std::vector<float>(256, float(r + op))));
-        REQUIRE(ref);
-        refs.push_back(*ref);
-      }
-      auto res = col::allreduce(self, typed, name, refs, {});
-      REQUIRE(res);
-      // sum over r of (r + op)
-      auto expected = float(world * (world - 1) / 2 + world * op);
-      for (auto& ref : res->refs) {
-        auto xs = col::read_vector<float>(*store, ref);
-        REQUIRE(xs);
-        CHECK(xs->front() == expected);
-        CHECK(xs->back() == expected);
-      }
-      // In place: the results are the inputs' refs.
-      for (auto& ref : refs)
-        CHECK(!store->release(ref));
+    std::vector<col::object_ref> refs;
+    for (int r = 0; r < world; ++r) {
+      auto ref = store->put(
+        col::tensor::from_vector(std::vector<float>(256, float(r + op))));
+      REQUIRE(ref);
+      refs.push_back(*ref);
     }
+    auto res = col::allreduce(self, typed, name, refs, {});
+    REQUIRE(res);
+    // sum over r of (r + op)
+    auto expected = float(world * (world - 1) / 2 + world * op);
+    for (auto& ref : res->refs) {
+      auto xs = col::read_vector<float>(*store, ref);
+      REQUIRE(xs);
+      CHECK(xs->front() == expected);
+      CHECK(xs->back() == expected);
+    }
+    // In place: the results are the inputs' refs.
+    for (auto& ref : refs)
+      CHECK(!store->release(ref));
   }
 
   /// The same with the members as the source of the group's ops: in each
@@ -144,12 +152,7 @@ struct fixture {
                   int world, std::vector<int> rounds,
                   round_end after_round = nullptr) {
     caf::scoped_actor self{sys};
-    col::group_spec spec;
-    spec.name = name;
-    spec.world_size = world;
-    spec.backend = backend;
-    spec.timeout = 10s;
-    spec.ops_from = col::op_source::members;
+    auto spec = spec_of(name, backend, world, col::op_source::members);
     auto members = col::spawn_group(sys, driver, spec, allreducing_member);
     REQUIRE(!col::await_group(self, driver, name, 15s));
     for (size_t round = 0; round < rounds.size(); ++round) {
@@ -247,11 +250,7 @@ TEST_CASE("groups broken by a member's death and destroyed give back every "
     auto name = "soak-death-" + backend;
     soak::check_no_growth(backend, 10, [&](int) {
       caf::scoped_actor self{f.sys};
-      col::group_spec spec;
-      spec.name = name;
-      spec.world_size = 3;
-      spec.backend = backend;
-      spec.timeout = 10s;
+      auto spec = fixture::spec_of(name, backend, 3, col::op_source::driver);
       auto members = col::spawn_group(f.sys, f.driver, spec, idle_member);
       REQUIRE(!col::await_group(self, f.driver, name, 15s));
       f.allreduce_refs(self, name, 3, 0);
