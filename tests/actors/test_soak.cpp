@@ -2,13 +2,14 @@
 // (a service that runs one job after another in one actor system): each
 // cycle spawns members, runs driver ops on refs (or lets the members run
 // their own ops), releases its refs, destroys the group and stops its
-// members. Afterwards
-// the node's store is empty, and the process holds no more file
-// descriptors, threads or shared segments than after the first cycle.
+// members. Afterwards the node's store is empty, and the process holds no
+// more file descriptors, threads or shared segments than after the first
+// cycle.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -52,8 +53,10 @@ void allreduce_in_turn(caf::event_based_actor* self, std::string group,
     .then(
       [=](col::object_ref& out) mutable {
         auto xs = col::read_vector<float>(*store, out);
-        store->release(out); // in place: the input's ref
-        if (!xs)
+        // In place: the input's ref.
+        if (auto err = store->release(out))
+          rp.deliver(std::move(err));
+        else if (!xs)
           rp.deliver(xs.error());
         else if (left == 1)
           rp.deliver(xs->front());
@@ -88,16 +91,22 @@ struct fixture {
 
   ~fixture() { caf::anon_send_exit(driver, caf::exit_reason::user_shutdown); }
 
-  static col::group_spec spec_of(const std::string& name,
-                                 const std::string& backend, int world,
-                                 col::op_source ops_from) {
+  /// Spawns `name`'s members on `backend` with behavior `fun` and waits
+  /// until the group formed.
+  template<class Fun>
+  std::vector<col::member_actor> start(caf::scoped_actor& self,
+                                       const std::string& name,
+                                       const std::string& backend, int world,
+                                       col::op_source ops_from, Fun fun) {
     col::group_spec spec;
     spec.name = name;
     spec.world_size = world;
     spec.backend = backend;
     spec.timeout = 10s;
     spec.ops_from = ops_from;
-    return spec;
+    auto members = col::spawn_group(sys, driver, spec, fun);
+    REQUIRE(!col::await_group(self, driver, name, 15s));
+    return members;
   }
 
   /// After round i of a job's ops, with the group still up.
@@ -109,9 +118,8 @@ struct fixture {
   void job(const std::string& name, const std::string& backend, int world,
            std::vector<int> rounds, round_end after_round = nullptr) {
     caf::scoped_actor self{sys};
-    auto spec = spec_of(name, backend, world, col::op_source::driver);
-    auto members = col::spawn_group(sys, driver, spec, idle_member);
-    REQUIRE(!col::await_group(self, driver, name, 15s));
+    auto members =
+      start(self, name, backend, world, col::op_source::driver, idle_member);
     for (size_t round = 0; round < rounds.size(); ++round) {
       for (int op = 0; op < rounds[round]; ++op)
         allreduce_refs(self, name, world, op);
@@ -152,9 +160,8 @@ struct fixture {
                   int world, std::vector<int> rounds,
                   round_end after_round = nullptr) {
     caf::scoped_actor self{sys};
-    auto spec = spec_of(name, backend, world, col::op_source::members);
-    auto members = col::spawn_group(sys, driver, spec, allreducing_member);
-    REQUIRE(!col::await_group(self, driver, name, 15s));
+    auto members = start(self, name, backend, world, col::op_source::members,
+                         allreducing_member);
     for (size_t round = 0; round < rounds.size(); ++round) {
       for (auto& m : members)
         self->send(m, go_atom::value, name, int32_t{rounds[round]});
@@ -177,10 +184,6 @@ struct fixture {
     self->wait_for(members);
   }
 };
-
-} // namespace
-
-namespace {
 
 /// Jobs of `job_of(fixture, name, backend)` one after another, 15 after a
 /// warm-up per backend: the store empty after each, nothing growing.
@@ -224,25 +227,27 @@ TEST_CASE("3000 driver ops and 3000 member-initiated ops leave the heap as "
   fixture f;
   for (const std::string backend : {"shm", "gloo"}) {
     INFO(backend);
-    size_t heap[2] = {0, 0};
-    auto count = [&](size_t round) { heap[round] = soak::heap_in_use(); };
-    f.job("soak-heap-driver-" + backend, backend, 3, {300, 3000}, count);
-    INFO("driver ops: heap in use " << heap[0] << " B after the warm-up, "
-                                    << heap[1] << " B after 3000 more");
-    CHECK(heap[1] <= heap[0] + allowed);
-    f.member_job("soak-heap-members-" + backend, backend, 3, {300, 3000},
-                 count);
-    INFO("member-initiated ops: heap in use "
-         << heap[0] << " B after the warm-up, " << heap[1]
-         << " B after 3000 more");
-    CHECK(heap[1] <= heap[0] + allowed);
+    size_t driver_heap[2] = {0, 0};
+    f.job("soak-heap-driver-" + backend, backend, 3, {300, 3000},
+          [&](size_t round) { driver_heap[round] = soak::heap_in_use(); });
+    size_t member_heap[2] = {0, 0};
+    f.member_job(
+      "soak-heap-members-" + backend, backend, 3, {300, 3000},
+      [&](size_t round) { member_heap[round] = soak::heap_in_use(); });
+    for (auto [what, heap] : {std::pair{"driver", driver_heap},
+                              std::pair{"member-initiated", member_heap}}) {
+      INFO(what << " ops: heap in use " << heap[0] << " B after the warm-up, "
+                << heap[1] << " B after 3000 more");
+      CHECK(heap[1] <= heap[0] + allowed);
+    }
     CHECK(f.store->objects() == 0);
   }
 }
 
 // Elastic jobs lose a member and start again: each cycle kills a member
-// of a healthy group, sees the driver fail the next op naming it, destroys
-// the broken group and stops the rest. Nothing may pile up across cycles.
+// of a healthy group, sees the next driver op fail with an error naming the
+// group, destroys the broken group and stops the rest. Nothing may pile up
+// across cycles.
 TEST_CASE("groups broken by a member's death and destroyed give back every "
           "ref fd thread and segment") {
   fixture f;
@@ -250,9 +255,8 @@ TEST_CASE("groups broken by a member's death and destroyed give back every "
     auto name = "soak-death-" + backend;
     soak::check_no_growth(backend, 10, [&](int) {
       caf::scoped_actor self{f.sys};
-      auto spec = fixture::spec_of(name, backend, 3, col::op_source::driver);
-      auto members = col::spawn_group(f.sys, f.driver, spec, idle_member);
-      REQUIRE(!col::await_group(self, f.driver, name, 15s));
+      auto members =
+        f.start(self, name, backend, 3, col::op_source::driver, idle_member);
       f.allreduce_refs(self, name, 3, 0);
       self->send_exit(members[2], caf::exit_reason::kill);
       self->wait_for(members[2]);
@@ -262,8 +266,8 @@ TEST_CASE("groups broken by a member's death and destroyed give back every "
           f.store->put(col::tensor::from_vector(std::vector<float>(8, 1.0f)))
             .value());
       // The driver may hear of the death just after the request: then the
-      // op fails on the survivors' abort. Either way it fails, naming rank 2
-      // or the group.
+      // op fails on the survivors' abort. Either way it fails, and the error
+      // names the group.
       auto res = col::allreduce(self, f.typed, name, refs, {});
       REQUIRE(!res);
       CHECK(col::render(res.error()).find(name) != std::string::npos);

@@ -9,7 +9,6 @@
 #include <barrier>
 #include <chrono>
 #include <latch>
-
 #include <string>
 #include <thread>
 
@@ -161,7 +160,6 @@ TEST_CASE("30000 small ops of every submission form and kind leave the heap "
       auto persistent = col::get_group(name)->prepare_allreduce(
         col::view_of(in), col::view_of(out));
       REQUIRE(persistent);
-      // Blocking, on the lane (waited), persistent: in turn.
       std::vector<float> gathered(8);
       std::vector<float> block(2);
       std::vector<float> swapped(4);
@@ -213,6 +211,8 @@ TEST_CASE("30000 small ops of every submission form and kind leave the heap "
       log.expect(gathered[0] == 1.0f && gathered[7] == 2.0f,
                  "the last allgather is wrong");
       log.expect(block[0] == 3.0f, "the last reduce_scatter is wrong");
+      log.expect(swapped[0] == 1.0f && swapped[3] == 2.0f,
+                 "the last alltoall is wrong");
       sync.arrive_and_wait();
       if (rank == 0) after = soak::heap_in_use();
       sync.arrive_and_wait();
