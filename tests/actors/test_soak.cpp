@@ -234,8 +234,9 @@ TEST_CASE("3000 driver ops and 3000 member-initiated ops leave the heap as "
     f.member_job(
       "soak-heap-members-" + backend, backend, 3, {300, 3000},
       [&](size_t round) { member_heap[round] = soak::heap_in_use(); });
-    for (auto [what, heap] : {std::pair{"driver", driver_heap},
-                              std::pair{"member-initiated", member_heap}}) {
+    for (auto [what, heap] :
+         {std::pair{std::string{"driver"}, driver_heap},
+          std::pair{std::string{"member-initiated"}, member_heap}}) {
       INFO(what << " ops: heap in use " << heap[0] << " B after the warm-up, "
                 << heap[1] << " B after 3000 more");
       CHECK(heap[1] <= heap[0] + allowed);
