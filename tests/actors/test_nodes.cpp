@@ -413,6 +413,11 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
   // A frozen process keeps its sockets open and its pid alive: the backend
   // alone (Gloo or shm) would wait for the 20 s deadline.
   kill(f.nodes[1], SIGSTOP);
+  // kill() returns before the node has stopped: until it has, the node may
+  // still run its part of the op, which then succeeds (seen once in CI).
+  int stopped = 0;
+  REQUIRE(waitpid(f.nodes[1], &stopped, WUNTRACED) == f.nodes[1]);
+  REQUIRE(WIFSTOPPED(stopped));
   auto t0 = std::chrono::steady_clock::now();
   auto res = col::run_op(f.self, f.driver,
                          {"nodes", col::op_kind::allreduce, xs, {}}, 30s);
