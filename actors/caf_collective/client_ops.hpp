@@ -9,9 +9,11 @@
 //
 // `refs[r]` is rank r's input (empty where a rank has none: barrier, scatter
 // off the root, send off the source). The driver answers every request
-// exactly once, within the op's deadline plus its grace, so these requests
-// need no timer of their own (a dead driver answers with CAF's
-// request_receiver_down or broken_promise).
+// exactly once: within the op's deadline plus its grace, or with aborted
+// when it exits first. So these requests need no timer of their own; one
+// sent to a driver that is gone already gets CAF's request_receiver_down.
+// A driver on another node cannot answer once that node is lost (CAF 0.17
+// has no broken promises): there use run_op with a timeout, or monitor it.
 #pragma once
 
 #include <string>

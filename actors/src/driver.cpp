@@ -34,6 +34,8 @@ namespace detail {
 
 driver_state::~driver_state() {
   if (timing.on()) log_warning("driver", "timing: " + timing.summary());
+  fail_all_at_exit(*this,
+                   owner != nullptr ? owner->fail_state() : caf::error{});
 }
 
 } // namespace detail
@@ -57,6 +59,7 @@ group_status status_of(const driver_state& st, const std::string& name) {
 }
 
 caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
+  self->state.owner = self;
   self->state.grace = cfg.grace;
   self->state.local = local_store(self->system());
   self->state.node = node_name(self->system());

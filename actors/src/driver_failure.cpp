@@ -76,6 +76,22 @@ void fail_all(group_entry& g, const caf::error& err,
   g.running.clear();
 }
 
+void fail_all_at_exit(driver_state& st, const caf::error& reason) {
+  auto why = "the driver exited (" +
+             (reason ? render(reason) : std::string{"normally"}) + ") ";
+  for (auto& [name, g] : st.groups) {
+    auto op_error = [&](const pending_op& op, int64_t seq) {
+      return group_error(errc::aborted, g, op.req.op, seq, -1,
+                         why + (seq < 0 ? "before this op started"
+                                        : "before this op was answered: "
+                                          "its members may have run it, but "
+                                          "its result is lost"));
+    };
+    fail_all(g, group_error(errc::aborted, g, why + "before the group formed"),
+             op_error);
+  }
+}
+
 // The group cannot run ops any more: members abort their lanes, every
 // pending and future op fails with `reason` (pending ones possibly with
 // what `for_op` makes of it).

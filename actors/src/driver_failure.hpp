@@ -30,6 +30,13 @@ void fail_all(group_entry& g, const caf::error& err,
 void break_group(driver_ptr self, group_entry& g, caf::error reason,
                  bool forming, const op_error_fn& for_op = {});
 
+/// The driver is exiting with `reason` (none: a normal exit): every
+/// waiting client and queued or running op of every group gets aborted,
+/// naming the group, the op and the reason. Members are not told: they
+/// finish what they started, and their groups stay until they leave or
+/// exit (outputs of that op stay in their stores, owned by them).
+void fail_all_at_exit(driver_state& st, const caf::error& reason);
+
 /// (col_destr, name): members leave, pending ops fail with aborted, the
 /// name is free again. unknown_group for a name the driver does not know.
 caf::error destroy_group(driver_ptr self, const std::string& name);

@@ -116,8 +116,13 @@ struct driver_state {
   std::map<std::string, group_entry> groups;
   std::set<caf::actor_addr> monitored;
   driver_timing timing;
+  // The driver itself, for its exit reason when the state is destroyed.
+  const caf::local_actor* owner = nullptr;
   static inline const char* name = "caf_collective.driver";
 
+  /// Answers every request still pending (see fail_all_at_exit): CAF 0.17
+  /// drops an unanswered response promise silently, and the typed helpers
+  /// wait without a timer, so a client would wait forever.
   ~driver_state();
 };
 

@@ -12,6 +12,7 @@
 #include <caf/all.hpp>
 
 #include <caf_collective/client.hpp>
+#include <caf_collective/client_ops.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
 #include <caf_collective/member.hpp>
@@ -350,6 +351,70 @@ TEST_CASE("a member killed mid-op: the client and every survivor get "
       "k", col::op_kind::allreduce, {refs[0], refs[1]}, col::op_params{}},
     5s);
   REQUIRE(again);
+}
+
+TEST_CASE("a driver that exits mid-op answers every pending request with "
+          "aborted naming the group and op - a later request is refused") {
+  fixture f;
+  for (int r = 0; r < 3; ++r) // rank 2 starts each op 2 s late
+    f.member({ms("d", r, 3, 10000, r == 2 ? 2000 : 0)});
+  f.member({ms("w", 0, 2, 10000)}); // rank 1 never comes: "w" stays forming
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "d", 15s));
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}, {5, 6}});
+  auto t0 = std::chrono::steady_clock::now();
+  // Two ops started when the driver goes (ranks 0 and 1 inside the first,
+  // the second waiting behind it on every member's lane), a client
+  // waiting for "w" to form, and a typed blocking helper from another
+  // thread, which waits without a timer of its own.
+  auto first = self->request(
+    f.driver, 10s,
+    col::op_request{"d", col::op_kind::allreduce, refs, col::op_params{}});
+  auto second = self->request(
+    f.driver, 10s,
+    col::op_request{"d", col::op_kind::allgather, refs, col::op_params{}});
+  auto waiting =
+    self->request(f.driver, 10s, col::wait_atom::value, std::string{"w"});
+  std::promise<void> typed_asking;
+  std::promise<caf::error> typed_answer;
+  std::thread typed_client([&] {
+    caf::scoped_actor other{f.sys};
+    typed_asking.set_value();
+    auto res = col::broadcast(other, col::typed_driver(f.driver), "d", refs);
+    typed_answer.set_value(res ? caf::error{} : res.error());
+  });
+  typed_asking.get_future().wait();
+  std::this_thread::sleep_for(300ms);
+  caf::anon_send_exit(f.driver, caf::exit_reason::kill);
+
+  caf::error first_err, second_err, waiting_err;
+  first.receive([](col::op_result&) { FAIL("the first op succeeded"); },
+                [&](caf::error& err) { first_err = err; });
+  second.receive([](col::op_result&) { FAIL("the second op succeeded"); },
+                 [&](caf::error& err) { second_err = err; });
+  waiting.receive([](caf::ok_atom) { FAIL("group 'w' formed"); },
+                  [&](caf::error& err) { waiting_err = err; });
+  auto typed = typed_answer.get_future();
+  REQUIRE(typed.wait_for(5s) == std::future_status::ready);
+  auto typed_err = typed.get();
+  typed_client.join();
+  // At once, not after the requests' 10 s or the op's deadline.
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  for (auto* err : {&first_err, &second_err, &waiting_err, &typed_err}) {
+    INFO(text(*err));
+    CHECK(col::code_of(*err) == col::errc::aborted);
+    CHECK(contains(text(*err), "the driver exited (exit.kill)"));
+  }
+  CHECK(contains(text(first_err), "group 'd' allreduce seq 0"));
+  CHECK(contains(text(first_err), "its result is lost"));
+  CHECK(contains(text(second_err), "group 'd' allgather seq 1"));
+  CHECK(contains(text(typed_err), "group 'd' broadcast"));
+  CHECK(contains(text(waiting_err), "group 'w'"));
+  CHECK(contains(text(waiting_err), "before the group formed"));
+  // A request to the driver once it is gone is refused by CAF at once.
+  auto later = col::allreduce(self, col::typed_driver(f.driver), "d", refs);
+  REQUIRE(!later);
+  CHECK(later.error() == caf::sec::request_receiver_down);
 }
 
 TEST_CASE("unknown refs, mismatched shapes and dtypes and a root out of "

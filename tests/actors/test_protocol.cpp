@@ -712,6 +712,28 @@ TEST_CASE("a member dying mid-op: the client and the survivors get peer_lost "
   CHECK(f.status("other").state == "unknown");
 }
 
+TEST_CASE("a driver that exits answers its running op with aborted naming "
+          "the op and its exit reason - the members hear nothing") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto running = f.ask_op(
+    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
+  f.run();
+  fixture::finish(*scripts[0], 0); // rank 0 finished, ranks 1 and 2 run
+  f.run();
+  REQUIRE(running->answers == 0);
+  caf::anon_send_exit(f.driver, caf::exit_reason::user_shutdown);
+  f.run();
+  REQUIRE(running->answers == 1);
+  CHECK(col::code_of(running->err) == col::errc::aborted);
+  auto text = col::render(running->err);
+  CHECK(contains(text, "group 'g' allreduce seq 0"));
+  CHECK(contains(text, "the driver exited (exit.user_shutdown)"));
+  for (auto& sc : scripts)
+    CHECK(!has_line(*sc, "abort g"));
+}
+
 TEST_CASE("an op past its deadline fails with timeout naming the ranks that "
           "had not finished, and breaks the group") {
   fixture f;
