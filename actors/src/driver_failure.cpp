@@ -80,6 +80,21 @@ void fail_all_at_exit(driver_state& st, const caf::error& reason) {
   auto why = "the driver exited (" +
              (reason ? render(reason) : std::string{"normally"}) + ") ";
   for (auto& [name, g] : st.groups) {
+    // Without its driver a group that takes its ops from it, or that is
+    // still forming, can never run another op: its members break it now,
+    // which also ends an op some ranks were started on. Groups whose
+    // members start their own ops keep running.
+    bool orphaned =
+      g.ops_from == op_source::driver || g.state == group_state::forming;
+    if (orphaned &&
+        (g.state == group_state::forming || g.state == group_state::ready)) {
+      auto err = group_error(errc::aborted, g,
+                             why + "- the group cannot take another op");
+      // Generation 0: whatever generation the member holds, registered
+      // only (no init yet) included; no later one can come from here.
+      for (auto& m : g.members)
+        if (m) caf::anon_send(m, abort_atom::value, g.name, uint64_t{0}, err);
+    }
     auto op_error = [&](const pending_op& op, int64_t seq) {
       return group_error(errc::aborted, g, op.req.op, seq, -1,
                          why + (seq < 0 ? "before this op started"

@@ -32,9 +32,10 @@ void break_group(driver_ptr self, group_entry& g, caf::error reason,
 
 /// The driver is exiting with `reason` (none: a normal exit): every
 /// waiting client and queued or running op of every group gets aborted,
-/// naming the group, the op and the reason. Members are not told: they
-/// finish what they started, and their groups stay until they leave or
-/// exit (outputs of that op stay in their stores, owned by them).
+/// naming the group, the op and the reason. The members of groups that
+/// take their ops from the driver, or are still forming, get col_abort
+/// with that reason (their groups break); groups whose members start
+/// their own ops are left running.
 void fail_all_at_exit(driver_state& st, const caf::error& reason);
 
 /// (col_destr, name): members leave, pending ops fail with aborted, the

@@ -354,13 +354,22 @@ TEST_CASE("a member killed mid-op: the client and every survivor get "
 }
 
 TEST_CASE("a driver that exits mid-op answers every pending request with "
-          "aborted naming the group and op - a later request is refused") {
+          "aborted naming the group and op - its groups break - groups of "
+          "members' own ops run on") {
   fixture f;
+  std::vector<caf::actor> xs;
   for (int r = 0; r < 3; ++r) // rank 2 starts each op 2 s late
-    f.member({ms("d", r, 3, 10000, r == 2 ? 2000 : 0)});
-  f.member({ms("w", 0, 2, 10000)}); // rank 1 never comes: "w" stays forming
+    xs.push_back(f.member({ms("d", r, 3, 10000, r == 2 ? 2000 : 0)}));
+  auto forming = f.member({ms("w", 0, 2, 10000)}); // rank 1 never comes
+  std::vector<caf::actor> own;
+  for (int r = 0; r < 2; ++r) {
+    auto m = ms("own", r, 2, 10000);
+    m.ops_from = col::op_source::members;
+    own.push_back(f.member({m}));
+  }
   caf::scoped_actor self{f.sys};
   REQUIRE(!col::await_group(self, f.driver, "d", 15s));
+  REQUIRE(!col::await_group(self, f.driver, "own", 15s));
   auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}, {5, 6}});
   auto t0 = std::chrono::steady_clock::now();
   // Two ops started when the driver goes (ranks 0 and 1 inside the first,
@@ -411,6 +420,22 @@ TEST_CASE("a driver that exits mid-op answers every pending request with "
   CHECK(contains(text(typed_err), "group 'd' broadcast"));
   CHECK(contains(text(waiting_err), "group 'w'"));
   CHECK(contains(text(waiting_err), "before the group formed"));
+  // Its members break the groups it ran or was forming at once (the
+  // running op among them); the members' own group stays ready.
+  auto state_of = [&](const caf::actor& m, const std::string& g) {
+    auto st = col::status_of(self, m, g, 2s);
+    REQUIRE(st);
+    return *st;
+  };
+  for (auto& x : xs) {
+    auto st = state_of(x, "d");
+    CHECK(st.state == "broken");
+    CHECK(col::code_of(st.reason) == col::errc::aborted);
+    CHECK(contains(text(st.reason), "the driver exited (exit.kill)"));
+  }
+  CHECK(state_of(forming, "w").state == "broken");
+  for (auto& x : own)
+    CHECK(state_of(x, "own").state == "ready");
   // A request to the driver once it is gone is refused by CAF at once.
   auto later = col::allreduce(self, col::typed_driver(f.driver), "d", refs);
   REQUIRE(!later);
