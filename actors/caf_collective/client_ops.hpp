@@ -13,7 +13,8 @@
 // when it exits first. So these requests need no timer of their own; one
 // sent to a driver that is gone already gets CAF's request_receiver_down.
 // A driver on another node cannot answer once that node is lost (CAF 0.17
-// has no broken promises): there use run_op with a timeout, or monitor it.
+// has no broken promises): the blocking helpers watch such a driver and
+// return aborted; an actor monitors it itself.
 #pragma once
 
 #include <string>

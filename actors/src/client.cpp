@@ -7,6 +7,8 @@
 
 #include "caf_collective/error.hpp"
 
+#include "blocking_answer.hpp"
+
 namespace caf_collective {
 
 namespace {
@@ -14,27 +16,33 @@ namespace {
 // A blocking request whose timeout is the scoped actor's own timed wait. A
 // request timeout goes through CAF's clock thread, and waking it cost about
 // 45 us per call on 2 cores (docs/benchmarks.md, driver round trip). A
-// response arriving after the timeout stays unread in the mailbox.
+// response arriving after the timeout stays unread in the mailbox. A `dest`
+// on another node that goes away ends the wait at once (blocking_answer.hpp),
+// with an error naming `where`.
 template<class OnResult, class... Ts>
 caf::error blocking_request(caf::scoped_actor& self, const caf::actor& dest,
-                            client_timeout timeout, OnResult on_result,
-                            Ts&&... xs) {
-  caf::error failure;
+                            client_timeout timeout, const error_context& where,
+                            OnResult on_result, Ts&&... xs) {
   auto pending = self->request(dest, caf::infinite, std::forward<Ts>(xs)...);
-  caf::blocking_actor::accept_one_cond once;
-  self->varargs_receive(
-    once, pending.id(), std::move(on_result),
-    [&](caf::error& err) { failure = std::move(err); },
-    caf::after(timeout) >>
-      [&] { failure = caf::make_error(caf::sec::request_timeout); });
-  return failure;
+  return detail::await_answer(
+    self, caf::actor_cast<caf::strong_actor_ptr>(dest), pending.id(), timeout,
+    std::move(on_result), [&](const caf::error& reason) {
+      return detail::gone_before_answer(where, reason);
+    });
+}
+
+error_context about(const std::string& group) {
+  error_context where;
+  where.group = group;
+  return where;
 }
 
 template<class... Ts>
 caf::error ok_or_error(caf::scoped_actor& self, const caf::actor& dest,
-                       client_timeout timeout, Ts&&... xs) {
+                       client_timeout timeout, const error_context& where,
+                       Ts&&... xs) {
   return blocking_request(
-    self, dest, timeout, [](caf::ok_atom) {}, std::forward<Ts>(xs)...);
+    self, dest, timeout, where, [](caf::ok_atom) {}, std::forward<Ts>(xs)...);
 }
 
 } // namespace
@@ -43,8 +51,11 @@ caf::expected<op_result> run_op(caf::scoped_actor& self,
                                 const driver_actor& driver, op_request req,
                                 client_timeout timeout) {
   op_result result;
+  // error_context holds a view: keep the name past the request's move.
+  auto group = req.group;
+  error_context where{group, req.op, -1, -1, -1};
   auto err = blocking_request(
-    self, driver, timeout, [&](op_result& x) { result = std::move(x); },
+    self, driver, timeout, where, [&](op_result& x) { result = std::move(x); },
     std::move(req));
   if (err) return err;
   return result;
@@ -62,7 +73,7 @@ caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
     auto left =
       std::chrono::duration_cast<client_timeout>(deadline - clock::now());
     auto err = ok_or_error(self, driver, std::max(left, client_timeout{1}),
-                           wait_atom::value, name);
+                           about(name), wait_atom::value, name);
     if (code_of(err) != errc::unknown_group || clock::now() + pause >= deadline)
       return err;
     std::this_thread::sleep_for(pause);
@@ -73,13 +84,15 @@ caf::error declare_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::string& name,
                          const std::vector<member_actor>& members,
                          const std::string& backend, client_timeout timeout) {
-  return ok_or_error(self, driver, timeout, declare_atom::value, name, members,
-                     backend, static_cast<int64_t>(timeout.count()));
+  return ok_or_error(self, driver, timeout, about(name), declare_atom::value,
+                     name, members, backend,
+                     static_cast<int64_t>(timeout.count()));
 }
 
 caf::error destroy_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::string& name, client_timeout timeout) {
-  return ok_or_error(self, driver, timeout, destroy_atom::value, name);
+  return ok_or_error(self, driver, timeout, about(name), destroy_atom::value,
+                     name);
 }
 
 caf::expected<group_status> status_of(caf::scoped_actor& self,
@@ -88,7 +101,7 @@ caf::expected<group_status> status_of(caf::scoped_actor& self,
                                       client_timeout timeout) {
   group_status result;
   auto err = blocking_request(
-    self, driver_or_member, timeout,
+    self, driver_or_member, timeout, about(name),
     [&](group_status& x) { result = std::move(x); }, status_atom::value, name);
   if (err) return err;
   return result;

@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include "blocking_answer.hpp"
+
 namespace caf_collective::detail {
 
 op_params params_of(const op_options& opts) {
@@ -58,22 +60,35 @@ op_params params_of(const reduce_scatter_options& opts) {
 
 namespace caf_collective {
 
+// The driver answers every request (on its exit too), so no timer: only a
+// driver on another node is watched, for the loss of its node.
 caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
                              op_request req) {
-  caf::expected<op_result> result{op_result{}};
-  self->request(driver, caf::infinite, std::move(req))
-    .receive([&](op_result& x) { result = std::move(x); },
-             [&](caf::error& err) { result = std::move(err); });
+  op_result result;
+  // error_context holds a view: keep the name past the request's move.
+  auto group = req.group;
+  auto op = req.op;
+  auto pending = self->request(driver, caf::infinite, std::move(req));
+  auto err = detail::await_answer(
+    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
+    std::nullopt, [&](op_result& x) { result = std::move(x); },
+    [&](const caf::error& reason) {
+      return detail::gone_before_answer(error_context{group, op, -1, -1, -1},
+                                        reason);
+    });
+  if (err) return err;
   return result;
 }
 
 caf::error release(caf::scoped_actor& self, const driver_api& driver,
                    const object_ref& ref) {
-  caf::error result;
-  self->request(driver, caf::infinite, release_atom::value, ref)
-    .receive([](caf::ok_atom) {},
-             [&](caf::error& err) { result = std::move(err); });
-  return result;
+  auto pending = self->request(driver, caf::infinite, release_atom::value, ref);
+  return detail::await_answer(
+    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
+    std::nullopt, [](caf::ok_atom) {},
+    [](const caf::error& reason) {
+      return detail::gone_before_answer(error_context{}, reason);
+    });
 }
 
 } // namespace caf_collective

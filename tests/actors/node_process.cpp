@@ -4,6 +4,8 @@
 //   node_process <port> <group> <world size> <first rank> <count>
 //                <timeout ms> <start delay ms>
 //     spawns members with ranks [first, first + count) of <group>;
+//     (ending in "own_driver": with a driver of its own, announced as
+//     rank -1, instead of the test's);
 //   node_process <port> factory
 //     spawns nothing: the test spawns members here (remote spawn of the
 //     member type "test_worker").
@@ -19,6 +21,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
 #include <caf_collective/member.hpp>
 #include <caf_collective/tensor.hpp>
@@ -69,6 +72,9 @@ int serve_as_factory(caf::actor_system& sys, const caf::actor& dir) {
 }
 
 int main(int argc, char** argv) {
+  bool own_driver =
+    argc > 1 && std::string{argv[argc - 1]} == node_test::own_driver_arg;
+  if (own_driver) --argc;
   bool heartbeats =
     argc > 1 && std::string{argv[argc - 1]} == node_test::heartbeats_arg;
   if (heartbeats) --argc;
@@ -124,15 +130,20 @@ int main(int argc, char** argv) {
     return 3;
   }
   std::vector<caf::actor> members;
+  caf::actor driver;
   {
     caf::scoped_actor self{sys};
-    caf::actor driver;
-    self->request(*dir, std::chrono::seconds{10}, caf::get_atom::value)
-      .receive([&](caf::actor& d) { driver = std::move(d); },
-               [&](caf::error& err) {
-                 std::fprintf(stderr, "node: no driver: %s\n",
-                              sys.render(err).c_str());
-               });
+    if (own_driver) {
+      driver = col::spawn_driver(sys);
+      self->send(*dir, caf::put_atom::value, node_test::driver_rank, driver);
+    } else {
+      self->request(*dir, std::chrono::seconds{10}, caf::get_atom::value)
+        .receive([&](caf::actor& d) { driver = std::move(d); },
+                 [&](caf::error& err) {
+                   std::fprintf(stderr, "node: no driver: %s\n",
+                                sys.render(err).c_str());
+                 });
+    }
     if (!driver) return 4;
     for (int32_t rank = first; rank < first + count; ++rank) {
       col::membership m{group, rank, world, backend, timeout_ms, delay_ms};
@@ -148,5 +159,6 @@ int main(int argc, char** argv) {
   }
   for (auto& m : members)
     caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+  if (own_driver) caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   return 0;
 }

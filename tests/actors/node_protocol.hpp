@@ -47,6 +47,15 @@ inline void enable_heartbeats(caf::actor_system_config& cfg) {
           caf::timespan{std::chrono::milliseconds{5000}});
 }
 
+/// The node process's very last argument when its members register with a
+/// driver of its own, which it announces to the directory as rank -1,
+/// instead of with the test's driver: a client in the test then talks to
+/// a driver on another node.
+constexpr const char* own_driver_arg = "own_driver";
+
+/// The rank under which a node announces its own driver.
+constexpr int32_t driver_rank = -1;
+
 /// The node process's last argument when the test uses heartbeats.
 constexpr const char* heartbeats_arg = "heartbeats";
 

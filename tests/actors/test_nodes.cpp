@@ -23,6 +23,7 @@
 #include <caf/io/all.hpp>
 
 #include <caf_collective/client.hpp>
+#include <caf_collective/client_ops.hpp>
 #include <caf_collective/driver.hpp>
 #include <caf_collective/error.hpp>
 #include <caf_collective/member.hpp>
@@ -105,6 +106,9 @@ struct fixture {
   std::vector<caf::actor> spawned; // spawned by this process on the nodes
   // The backend the members of the nodes start_node starts ask for.
   std::string backend = col::default_backend;
+  // Whether the nodes start_node starts bring a driver of their own
+  // (node_protocol.hpp, own_driver_arg) instead of using this one.
+  bool own_driver = false;
 
   explicit fixture(bool with_heartbeats = false)
     : heartbeats(with_heartbeats), sys(prepare(cfg, with_heartbeats)) {
@@ -137,6 +141,7 @@ struct fixture {
                                   std::to_string(spec.delay_ms),
                                   node_test::backend_arg + backend};
     if (heartbeats) args.emplace_back(node_test::heartbeats_arg);
+    if (own_driver) args.emplace_back(node_test::own_driver_arg);
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
@@ -166,22 +171,29 @@ struct fixture {
     }
   }
 
+  // The actor a node announced under `rank` (the directory's protocol),
+  // waiting for it up to 30 s.
+  caf::actor announced(int32_t rank) {
+    caf::actor result;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!result && std::chrono::steady_clock::now() < deadline) {
+      self->request(dir, 5s, caf::get_atom::value, rank)
+        .receive([&](caf::actor& m) { result = std::move(m); },
+                 [](caf::error&) {});
+      if (!result) std::this_thread::sleep_for(20ms);
+    }
+    REQUIRE(result);
+    return result;
+  }
+
   // Starts one process per spec and waits until group `group` is formed.
   void form(const std::string& group, int32_t world,
             const std::vector<node_spec>& specs, int64_t timeout_ms = 10000) {
     for (auto& spec : specs)
       start_node(group, world, spec, timeout_ms);
-    members.assign(static_cast<size_t>(world), caf::actor{});
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (int32_t r = 0; r < world; ++r) {
-      while (!members[r] && std::chrono::steady_clock::now() < deadline) {
-        self->request(dir, 5s, caf::get_atom::value, r)
-          .receive([&](caf::actor& m) { members[r] = std::move(m); },
-                   [](caf::error&) {});
-        if (!members[r]) std::this_thread::sleep_for(20ms);
-      }
-      REQUIRE(members[r]);
-    }
+    members.clear();
+    for (int32_t r = 0; r < world; ++r)
+      members.push_back(announced(r));
     auto err = col::await_group(self, driver, group, 30s);
     INFO(col::render(err));
     REQUIRE(!err);
@@ -208,6 +220,7 @@ struct fixture {
     std::string exe = CAF_COLLECTIVE_NODE_PROCESS;
     std::vector<std::string> args{exe, std::to_string(port), "factory"};
     if (heartbeats) args.emplace_back(node_test::heartbeats_arg);
+    if (own_driver) args.emplace_back(node_test::own_driver_arg);
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
@@ -345,6 +358,45 @@ TEST_CASE("members on two other nodes asking for gloo by name run an "
     want[i] = 3000.0f + 3.0f * static_cast<float>(i);
   for (int32_t r = 0; r < 3; ++r)
     CHECK(f.read(r, xs[r]) == want);
+}
+
+TEST_CASE("a blocking client of a driver on another node gets an error "
+          "naming the op soon after that node is killed mid-op - no hang") {
+  fixture f;
+  f.own_driver = true;
+  // The node holds the driver and both ranks, which start each op 4 s late:
+  // the op is surely unanswered when the node is killed.
+  f.start_node("far", 2, {0, 2, 4000}, 10000);
+  auto far_driver = f.announced(node_test::driver_rank);
+  REQUIRE(far_driver.node() != f.sys.node());
+  f.members = {f.announced(0), f.announced(1)};
+  REQUIRE(!col::await_group(f.self, far_driver, "far", 30s));
+  std::vector<col::object_ref> xs{f.make(0, 100, 1.0f), f.make(1, 100, 2.0f)};
+  std::thread killer([&] {
+    std::this_thread::sleep_for(500ms);
+    kill(f.nodes[0], SIGKILL);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  // The typed helper waits without a timer: CAF 0.17 answers nothing for a
+  // node that is lost, so only the client's watch ends this wait.
+  auto res = col::allreduce(f.self, col::typed_driver(far_driver), "far", xs);
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  killer.join();
+  REQUIRE(!res);
+  auto text = col::render(res.error());
+  INFO(text);
+  CHECK(col::code_of(res.error()) == col::errc::aborted);
+  CHECK(contains(text, "group 'far' allreduce"));
+  CHECK(contains(text, "went away"));
+  CHECK(elapsed < 3s); // the members' 4 s delay never ended
+  // With a timeout of its own, a later request to that driver ends at once.
+  t0 = std::chrono::steady_clock::now();
+  auto later = col::run_op(f.self, far_driver,
+                           {"far", col::op_kind::barrier, {}, {}}, 20s);
+  REQUIRE(!later);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  CHECK(fixture::wait_node(f.nodes[0], 10s) == -1);
+  f.nodes.pop_back();
 }
 
 TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
