@@ -223,6 +223,15 @@ struct fixture {
     return ask<col::op_result>(std::move(req));
   }
 
+  /// Asks for an allreduce of refs 1 to 3 on group "g" (3 ranks, formed)
+  /// and runs until every rank was started on it.
+  outcome_ptr started_allreduce() {
+    auto op =
+      ask_op({"g", col::op_kind::allreduce, {ref(1), ref(2), ref(3)}, {}});
+    run();
+    return op;
+  }
+
   outcome_ptr wait_for(const std::string& group) {
     return ask<caf::ok_atom>(col::wait_atom::value, group);
   }
@@ -667,9 +676,7 @@ TEST_CASE("a member dying mid-op: the client and the survivors get peer_lost "
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(3, actors);
-  auto running = f.ask_op(
-    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
-  f.run();
+  auto running = f.started_allreduce();
   REQUIRE(scripts[2]->unfinished.count({"g", 0}) == 1);
   auto queued = f.ask_op({"g", col::op_kind::barrier, {}, {}});
   f.run();
@@ -717,9 +724,7 @@ TEST_CASE("a driver that exits answers its running op with aborted naming "
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(3, actors);
-  auto running = f.ask_op(
-    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
-  f.run();
+  auto running = f.started_allreduce();
   fixture::finish(*scripts[0], 0); // rank 0 finished, ranks 1 and 2 run
   f.run();
   REQUIRE(running->answers == 0);
@@ -819,9 +824,7 @@ TEST_CASE("survivors that report a lost connection wait for the driver's "
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(3, actors);
-  auto op = f.ask_op(
-    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
-  f.run();
+  auto op = f.started_allreduce();
   // Ranks 0 and 1 see rank 2's connections close before the driver learns
   // that rank 2 is gone.
   for (int r = 0; r < 2; ++r)
@@ -1054,9 +1057,7 @@ TEST_CASE("a member dying mid-op: every pending op's error names that op, "
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(3, actors);
-  auto running = f.ask_op(
-    {"g", col::op_kind::allreduce, {f.ref(1), f.ref(2), f.ref(3)}, {}});
-  f.run();
+  auto running = f.started_allreduce();
   auto queued = f.ask_op(
     {"g", col::op_kind::allgather, {f.ref(4), f.ref(5), f.ref(6)}, {}});
   f.run();
