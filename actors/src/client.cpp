@@ -69,13 +69,19 @@ caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
   // again until the timeout and then report that answer.
   constexpr client_timeout pause{10};
   auto deadline = clock::now() + timeout;
+  caf::error unknown; // the driver's last unknown_group answer
   for (;;) {
     auto left =
       std::chrono::duration_cast<client_timeout>(deadline - clock::now());
     auto err = ok_or_error(self, driver, std::max(left, client_timeout{1}),
                            about(name), wait_atom::value, name);
+    // A later ask may run out of time before the driver answers (a pause
+    // that overslept on a loaded machine leaves it a millisecond): the
+    // driver's answer to the ask before says more than the bare timeout.
+    if (err == caf::sec::request_timeout && unknown) return unknown;
     if (code_of(err) != errc::unknown_group || clock::now() + pause >= deadline)
       return err;
+    unknown = std::move(err);
     std::this_thread::sleep_for(pause);
   }
 }

@@ -554,6 +554,32 @@ TEST_CASE("gang formation fails with peer_lost when a rank dies first") {
   CHECK(contains(text(err), "rank 0 died"));
 }
 
+TEST_CASE("await_group reports the driver's unknown_group when a later "
+          "ask gets no answer in time") {
+  fixture f;
+  // A stand-in for a driver that answers the first ask and is too slow
+  // for every later one (a loaded machine).
+  auto asks = std::make_shared<std::atomic<int>>(0);
+  auto slow_driver =
+    f.sys.spawn([asks](caf::event_based_actor* self) -> caf::behavior {
+      return {[=](col::wait_atom,
+                  const std::string& name) -> caf::result<caf::ok_atom> {
+        if (asks->fetch_add(1) == 0)
+          return col::make_error(col::errc::unknown_group,
+                                 "group '" + name + "': no member registered");
+        self->make_response_promise(); // never answered
+        return caf::delegated<caf::ok_atom>{};
+      }};
+    });
+  f.actors.push_back(slow_driver);
+  caf::scoped_actor self{f.sys};
+  auto err = col::await_group(self, slow_driver, "late", 300ms);
+  INFO(text(err));
+  CHECK(asks->load() >= 2);
+  CHECK(col::code_of(err) == col::errc::unknown_group);
+  CHECK(contains(text(err), "'late'"));
+}
+
 TEST_CASE("await_group on a name no member ever registers ends with "
           "unknown_group naming it, not with the client's request timeout") {
   fixture f;
