@@ -20,6 +20,7 @@
 #include <caf/all.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/messages.hpp"
 
 namespace caf_collective::detail {
 
@@ -139,6 +140,42 @@ await_answer(caf::scoped_actor& self, const caf::strong_actor_ptr& dest,
       return failure;
     }
   }
+}
+
+/// Sends `xs` to `dest` (a driver or member handle, typed or not) and waits
+/// for the answer as await_answer does; the loss of a `dest` on another
+/// node fails with an error naming `where`. The timeout is the scoped
+/// actor's own timed wait, not a request timeout: that one goes through
+/// CAF's clock thread, whose wake-up cost about 45 us per call on 2 cores
+/// (docs/benchmarks.md, driver round trip). An answer arriving after the
+/// timeout stays unread in the mailbox.
+template<class Handle, class OnResult, class... Ts>
+caf::error blocking_request(caf::scoped_actor& self, const Handle& dest,
+                            std::optional<std::chrono::milliseconds> timeout,
+                            const error_context& where, OnResult on_result,
+                            Ts&&... xs) {
+  auto pending = self->request(dest, caf::infinite, std::forward<Ts>(xs)...);
+  return await_answer(self, caf::actor_cast<caf::strong_actor_ptr>(dest),
+                      pending.id(), timeout, std::move(on_result),
+                      [&](const caf::error& reason) {
+                        return gone_before_answer(where, reason);
+                      });
+}
+
+/// Runs op `req` through blocking_request.
+template<class Handle>
+caf::expected<op_result>
+blocking_op(caf::scoped_actor& self, const Handle& driver, op_request req,
+            std::optional<std::chrono::milliseconds> timeout) {
+  op_result result;
+  // error_context holds a view: keep the name past the request's move.
+  auto group = req.group;
+  error_context where{group, req.op, -1, -1, -1};
+  auto err = blocking_request(
+    self, driver, timeout, where, [&](op_result& x) { result = std::move(x); },
+    std::move(req));
+  if (err) return err;
+  return result;
 }
 
 } // namespace caf_collective::detail

@@ -13,24 +13,6 @@ namespace caf_collective {
 
 namespace {
 
-// A blocking request whose timeout is the scoped actor's own timed wait. A
-// request timeout goes through CAF's clock thread, and waking it cost about
-// 45 us per call on 2 cores (docs/benchmarks.md, driver round trip). A
-// response arriving after the timeout stays unread in the mailbox. A `dest`
-// on another node that goes away ends the wait at once (blocking_answer.hpp),
-// with an error naming `where`.
-template<class OnResult, class... Ts>
-caf::error blocking_request(caf::scoped_actor& self, const caf::actor& dest,
-                            client_timeout timeout, const error_context& where,
-                            OnResult on_result, Ts&&... xs) {
-  auto pending = self->request(dest, caf::infinite, std::forward<Ts>(xs)...);
-  return detail::await_answer(
-    self, caf::actor_cast<caf::strong_actor_ptr>(dest), pending.id(), timeout,
-    std::move(on_result), [&](const caf::error& reason) {
-      return detail::gone_before_answer(where, reason);
-    });
-}
-
 error_context about(const std::string& group) {
   error_context where;
   where.group = group;
@@ -41,7 +23,7 @@ template<class... Ts>
 caf::error ok_or_error(caf::scoped_actor& self, const caf::actor& dest,
                        client_timeout timeout, const error_context& where,
                        Ts&&... xs) {
-  return blocking_request(
+  return detail::blocking_request(
     self, dest, timeout, where, [](caf::ok_atom) {}, std::forward<Ts>(xs)...);
 }
 
@@ -50,15 +32,7 @@ caf::error ok_or_error(caf::scoped_actor& self, const caf::actor& dest,
 caf::expected<op_result> run_op(caf::scoped_actor& self,
                                 const driver_actor& driver, op_request req,
                                 client_timeout timeout) {
-  op_result result;
-  // error_context holds a view: keep the name past the request's move.
-  auto group = req.group;
-  error_context where{group, req.op, -1, -1, -1};
-  auto err = blocking_request(
-    self, driver, timeout, where, [&](op_result& x) { result = std::move(x); },
-    std::move(req));
-  if (err) return err;
-  return result;
+  return detail::blocking_op(self, driver, std::move(req), timeout);
 }
 
 caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
@@ -106,7 +80,7 @@ caf::expected<group_status> status_of(caf::scoped_actor& self,
                                       const std::string& name,
                                       client_timeout timeout) {
   group_status result;
-  auto err = blocking_request(
+  auto err = detail::blocking_request(
     self, driver_or_member, timeout, about(name),
     [&](group_status& x) { result = std::move(x); }, status_atom::value, name);
   if (err) return err;

@@ -64,31 +64,14 @@ namespace caf_collective {
 // driver on another node is watched, for the loss of its node.
 caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
                              op_request req) {
-  op_result result;
-  // error_context holds a view: keep the name past the request's move.
-  auto group = req.group;
-  auto op = req.op;
-  auto pending = self->request(driver, caf::infinite, std::move(req));
-  auto err = detail::await_answer(
-    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
-    std::nullopt, [&](op_result& x) { result = std::move(x); },
-    [&](const caf::error& reason) {
-      return detail::gone_before_answer(error_context{group, op, -1, -1, -1},
-                                        reason);
-    });
-  if (err) return err;
-  return result;
+  return detail::blocking_op(self, driver, std::move(req), std::nullopt);
 }
 
 caf::error release(caf::scoped_actor& self, const driver_api& driver,
                    const object_ref& ref) {
-  auto pending = self->request(driver, caf::infinite, release_atom::value, ref);
-  return detail::await_answer(
-    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
-    std::nullopt, [](caf::ok_atom) {},
-    [](const caf::error& reason) {
-      return detail::gone_before_answer(error_context{}, reason);
-    });
+  return detail::blocking_request(
+    self, driver, std::nullopt, error_context{}, [](caf::ok_atom) {},
+    release_atom::value, ref);
 }
 
 } // namespace caf_collective

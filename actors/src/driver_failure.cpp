@@ -85,9 +85,9 @@ void fail_all_at_exit(driver_state& st, const caf::error& reason) {
     // which also ends an op some ranks were started on. Groups whose
     // members start their own ops keep running.
     bool orphaned =
-      g.ops_from == op_source::driver || g.state == group_state::forming;
-    if (orphaned &&
-        (g.state == group_state::forming || g.state == group_state::ready)) {
+      g.state == group_state::forming ||
+      (g.state == group_state::ready && g.ops_from == op_source::driver);
+    if (orphaned) {
       auto err = group_error(errc::aborted, g,
                              why + "- the group cannot take another op");
       // Generation 0: whatever generation the member holds, registered
