@@ -13,8 +13,9 @@
 // when it exits first. So these requests need no timer of their own; one
 // sent to a driver that is gone already gets CAF's request_receiver_down.
 // A driver on another node cannot answer once that node is lost (CAF 0.17
-// has no broken promises): the blocking helpers watch such a driver and
-// return aborted; an actor monitors it itself.
+// has no broken promises): the blocking helpers watch such a driver, and an
+// actor's request to it goes through a relay of the actor's own node that
+// does; both end in aborted naming the group and op.
 #pragma once
 
 #include <string>
@@ -39,6 +40,11 @@ op_params params_of(const gather_options& opts);
 op_params params_of(const scatter_options& opts);
 op_params params_of(const reduce_scatter_options& opts);
 
+/// `driver` itself if it lives on this node, else a relay of this node that
+/// forwards one request to it and answers aborted if the driver goes away
+/// before it answered (driver_relay.cpp).
+driver_api relay_if_remote(caf::actor_system& sys, const driver_api& driver);
+
 } // namespace detail
 
 /// Runs `req` and waits for the driver's answer.
@@ -48,7 +54,8 @@ caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
 /// Sends `req`; the result arrives as the response.
 template<class Self>
 auto run(Self* self, const driver_api& driver, op_request req) {
-  return self->request(driver, caf::infinite, std::move(req));
+  return self->request(detail::relay_if_remote(self->system(), driver),
+                       caf::infinite, std::move(req));
 }
 
 template<class Client>
@@ -170,7 +177,8 @@ caf::error release(caf::scoped_actor& self, const driver_api& driver,
 /// Releases `ref` wherever it lives (see above); answers caf::ok_atom.
 template<class Self>
 auto release(Self* self, const driver_api& driver, const object_ref& ref) {
-  return self->request(driver, caf::infinite, release_atom::value, ref);
+  return self->request(detail::relay_if_remote(self->system(), driver),
+                       caf::infinite, release_atom::value, ref);
 }
 
 } // namespace caf_collective

@@ -9,7 +9,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <future>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -360,8 +362,9 @@ TEST_CASE("members on two other nodes asking for gloo by name run an "
     CHECK(f.read(r, xs[r]) == want);
 }
 
-TEST_CASE("a blocking client of a driver on another node gets an error "
-          "naming the op soon after that node is killed mid-op - no hang") {
+TEST_CASE("clients of a driver on another node - blocking ones and actors - "
+          "get an error naming the op soon after that node is killed mid-op "
+          "- no hang") {
   fixture f;
   f.own_driver = true;
   // The node holds the driver and both ranks, which start each op 4 s late:
@@ -372,6 +375,35 @@ TEST_CASE("a blocking client of a driver on another node gets an error "
   f.members = {f.announced(0), f.announced(1)};
   REQUIRE(!col::await_group(f.self, far_driver, "far", 30s));
   std::vector<col::object_ref> xs{f.make(0, 100, 1.0f), f.make(1, 100, 2.0f)};
+  auto spare = f.make(0, 10, 0.0f);
+  // An actor releases a ref through the far driver (answered: the relay
+  // passes answers on), then asks for a second allreduce through the typed
+  // helper's response handle: its error handler must run, with no monitor
+  // of its own. (The promises are shared: the actor may outlive a failed
+  // check.)
+  auto actor_released = std::make_shared<std::promise<caf::error>>();
+  auto actor_heard = std::make_shared<std::promise<caf::error>>();
+  auto released = actor_released->get_future();
+  auto heard = actor_heard->get_future();
+  auto typed = col::typed_driver(far_driver);
+  f.sys.spawn([=](caf::event_based_actor* self) {
+    col::release(self, typed, spare)
+      .then(
+        [=](caf::ok_atom) {
+          actor_released->set_value(caf::error{});
+          col::allreduce(self, typed, "far", xs)
+            .then(
+              [=](col::op_result&) {
+                actor_heard->set_value(
+                  caf::make_error(caf::sec::unexpected_response));
+              },
+              [=](caf::error& err) { actor_heard->set_value(std::move(err)); });
+        },
+        [=](caf::error& err) { actor_released->set_value(std::move(err)); });
+  });
+  REQUIRE(released.wait_for(10s) == std::future_status::ready);
+  auto release_err = released.get();
+  REQUIRE_MESSAGE(!release_err, col::render(release_err));
   std::thread killer([&] {
     std::this_thread::sleep_for(500ms);
     kill(f.nodes[0], SIGKILL);
@@ -389,6 +421,14 @@ TEST_CASE("a blocking client of a driver on another node gets an error "
   CHECK(contains(text, "group 'far' allreduce"));
   CHECK(contains(text, "went away"));
   CHECK(elapsed < 3s); // the members' 4 s delay never ended
+  // The actor's request went through a relay that watched the driver.
+  REQUIRE(heard.wait_for(3s) == std::future_status::ready);
+  auto actor_err = heard.get();
+  auto actor_text = col::render(actor_err);
+  INFO(actor_text);
+  CHECK(col::code_of(actor_err) == col::errc::aborted);
+  CHECK(contains(actor_text, "group 'far' allreduce"));
+  CHECK(contains(actor_text, "went away"));
   // With a timeout of its own, a later request to that driver ends at once.
   t0 = std::chrono::steady_clock::now();
   auto later = col::run_op(f.self, far_driver,
