@@ -12,7 +12,6 @@
 #include <string>
 #include <utility>
 
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/expected.hpp>
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
@@ -33,8 +32,9 @@ class group_job {
 
 using group_job_ptr = std::shared_ptr<group_job>;
 
-/// member -> itself, request -> the job's message | error. Local only:
-/// the job is code, not data (never crosses a process).
+/// An object op a member started (member_ops.hpp), answered with the
+/// job's message or error. Never sent: the member starts it in its own
+/// handler, and the job is code, not data.
 struct member_job {
   std::string group;
   /// For errors before the job runs, e.g. "broadcast_object".
@@ -74,5 +74,3 @@ group_job_ptr make_job(Fn fn) {
 } // namespace detail
 
 } // namespace caf_collective
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(caf_collective::member_job)

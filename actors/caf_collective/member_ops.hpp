@@ -1,9 +1,10 @@
 // Member-initiated collectives: a member starts an op of one of its groups
 // from its own handler, on object refs of its node's store. The op runs on
 // the group's lane exactly like a driver-started one; its result comes back
-// to the member as the response to a request the member sends itself, so a
-// handler writes `.then(...)` (or `.await(...)`) as for any other request
-// and never blocks its scheduler thread.
+// to the member as a CAF response, so a handler writes `.then(...)` (or
+// `.await(...)`) as for any other request and never blocks its scheduler
+// thread. The op starts inside the call, in the member's own handler: no
+// message to itself comes first.
 //
 //   auto grp = col::collectives(self, "sgd");
 //   grp.allreduce(grad_ref, opts).then([=](col::object_ref r) { ... },
@@ -21,6 +22,8 @@
 #include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/duration.hpp>
+#include <caf/fwd.hpp>
+#include <caf/message_id.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "caf_collective/member_jobs.hpp"
@@ -67,6 +70,19 @@ typename Inspector::result_type inspect(Inspector& f, member_op& x) {
   return f(caf::meta::type_name("member_op"), x.group, x.op, x.in, x.params,
            x.tag, x.send_counts, x.recv_counts, x.has_layout, x.layout);
 }
+
+namespace detail {
+
+/// Starts `op` for `self`, a member, right away (own_ops.cpp); its answer
+/// (object_ref or error) reaches `self` as the response to request `id`.
+/// An actor that runs no member protocol is answered unknown_group.
+void start_own_op(caf::local_actor* self, member_op op, caf::message_id id);
+
+/// The same for an object op (member_jobs.hpp), answered with the job's
+/// message or error.
+void start_own_job(caf::local_actor* self, member_job job, caf::message_id id);
+
+} // namespace detail
 
 /// The ops of one group, started by the member `self` (an actor running the
 /// member protocol) from its own handlers. Each call returns CAF's response
@@ -234,11 +250,16 @@ class member_collectives {
   }
 
  private:
+  // Started in the caller's handler like a tensor op (start below), so the
+  // member's ops of both kinds run in the order it called them.
   template<class Fn>
   auto start_job(std::string what, Fn fn) {
-    return self_->request(
-      caf::actor_cast<caf::actor>(self_), caf::infinite,
-      member_job{group_, std::move(what), detail::make_job(std::move(fn))});
+    member_job job{group_, std::move(what), detail::make_job(std::move(fn))};
+    using handle = decltype(self_->request(caf::actor{}, caf::infinite,
+                                           std::declval<member_op>()));
+    auto id = self_->new_request_id(caf::message_priority::normal);
+    detail::start_own_job(self_, std::move(job), id);
+    return handle{id.response_id(), self_};
   }
 
   member_op make(op_kind kind, object_ref ref, const op_options& opts) const {
@@ -251,10 +272,15 @@ class member_collectives {
   }
 
   // The op's own deadline bounds it (the group fails it with timeout), and
-  // the replier is the member itself: the request needs no second timer.
+  // the replier is the member itself: the response needs no timer. The
+  // handle is the one a request to the member itself would give; the op's
+  // answer arrives as the response to its id.
   auto start(member_op op) {
-    return self_->request(caf::actor_cast<caf::actor>(self_), caf::infinite,
-                          std::move(op));
+    using handle =
+      decltype(self_->request(caf::actor{}, caf::infinite, std::move(op)));
+    auto id = self_->new_request_id(caf::message_priority::normal);
+    detail::start_own_op(self_, std::move(op), id);
+    return handle{id.response_id(), self_};
   }
 
   Self* self_;

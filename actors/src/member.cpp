@@ -23,6 +23,7 @@
 #include "member_store.hpp"
 #include "op_answer.hpp"
 #include "op_plan.hpp"
+#include "own_ops.hpp"
 
 namespace caf_collective {
 
@@ -301,15 +302,17 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   for (auto& m : groups)
     join(std::move(m));
   // The state dies with the actor, whichever way it exits.
-  self->attach_functor([st, owner = self->id()](const caf::error&) {
-    // Only a member with ops in flight aborts: an idle group tears down
-    // cleanly (on its lane) and its peers see no spurious failure.
-    for (auto& [name, g] : st->groups)
-      let_go(name, g);
-    st->groups.clear();
-    // A ref owner's death releases its refs (outputs and member puts).
-    st->store->release_owned_by(owner);
-  });
+  self->attach_functor(
+    [st, owner = self->id(), ctrl = self->ctrl()](const caf::error&) {
+      detail::unregister_own_ops(ctrl);
+      // Only a member with ops in flight aborts: an idle group tears down
+      // cleanly (on its lane) and its peers see no spurious failure.
+      for (auto& [name, g] : st->groups)
+        let_go(name, g);
+      st->groups.clear();
+      // A ref owner's death releases its refs (outputs and member puts).
+      st->store->release_owned_by(owner);
+    });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
     auto i = st->groups.find(name);
     if (i == st->groups.end() || (gen != 0 && i->second.gen != gen))
@@ -381,6 +384,30 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     else
       launch(g.m.group, key);
   };
+  // Member-initiated ops: refused with an error, or queued on their group.
+  auto start_own = std::make_shared<detail::own_op_starter>();
+  start_own->op = [=](member_op& req, caf::response_promise answer) {
+    auto g = find(req.group, 0);
+    if (auto err = refuse_member_op(g, req.group, req))
+      return answer.deliver(std::move(err));
+    auto planned = plan_member_op(*g, st->store, addr, req);
+    if (!planned) return answer.deliver(std::move(planned.error()));
+    planned->answer->address_to(std::move(answer));
+    enqueue(*g, ++g->next_own_key, std::move(*planned));
+  };
+  start_own->job = [=](member_job& req, caf::response_promise answer) {
+    auto g = find(req.group, 0);
+    if (auto err = refuse_member_job(g, req.group, req.what))
+      return answer.deliver(std::move(err));
+    inflight op;
+    op.job = std::move(req.job);
+    op.rp = std::move(answer);
+    auto key = ++g->next_own_key;
+    forget_answered(*g);
+    g->ops.emplace(key, std::move(op));
+    launch(req.group, key);
+  };
+  detail::register_own_ops(self->ctrl(), start_own);
   return {
     [=](join_atom, membership& m) { join(std::move(m)); },
     [=](init_atom, const std::string& name, uint64_t gen,
@@ -479,26 +506,12 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       enqueue(*g, msg.seq, std::move(op));
       return caf::delegated<object_ref>{};
     },
+    // Sent by anyone holding the member's typed handle (member_api); the
+    // member's own handlers start their ops without it
+    // (detail::start_own_op).
     [=](member_op& req) -> caf::result<object_ref> {
-      auto g = find(req.group, 0);
-      if (auto err = refuse_member_op(g, req.group, req)) return err;
-      auto planned = plan_member_op(*g, st->store, addr, req);
-      if (!planned) return std::move(planned.error());
-      planned->answer->address_to(self->make_response_promise());
-      enqueue(*g, ++g->next_own_key, std::move(*planned));
+      start_own->op(req, self->make_response_promise());
       return caf::delegated<object_ref>{};
-    },
-    [=](member_job& req) -> caf::result<caf::message> {
-      auto g = find(req.group, 0);
-      if (auto err = refuse_member_job(g, req.group, req.what)) return err;
-      inflight op;
-      op.job = std::move(req.job);
-      op.rp = self->make_response_promise();
-      auto key = ++g->next_own_key;
-      forget_answered(*g);
-      g->ops.emplace(key, std::move(op));
-      launch(req.group, key);
-      return caf::delegated<caf::message>{};
     },
     [=](job_done_atom, const std::string& name, uint64_t gen, uint64_t key,
         caf::message& result, caf::error& err) {

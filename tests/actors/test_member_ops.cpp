@@ -669,6 +669,82 @@ TEST_CASE("members run object collectives from their handlers, in order with "
 
 namespace {
 
+using both_atom = caf::atom_constant<caf::atom("t_both")>;
+using later_atom = caf::atom_constant<caf::atom("t_later")>;
+
+// A member that starts an object op and then an allreduce without waiting
+// for the first: rank 0 in one handler, rank 1 in a later one. Both ranks
+// start them in the same order, so both give the right values only if a
+// member runs its ops of both kinds in the order it started them. Answers
+// "" on success, else what went wrong.
+caf::behavior unawaited_member(caf::event_based_actor* self, int32_t rank) {
+  struct outcome {
+    int left = 2;
+    std::string problems;
+    caf::response_promise rp;
+    void done(const std::string& problem) {
+      problems += problem;
+      if (--left == 0) rp.deliver(problems);
+    }
+  };
+  auto seen = std::make_shared<outcome>();
+  auto on_error = [seen](caf::error& err) { seen->done(text(err) + "; "); };
+  auto start_allreduce = [=] {
+    auto ref = put_floats(self->system(), {1.0f + static_cast<float>(rank)});
+    col::collectives(self, "mixed")
+      .allreduce(ref)
+      .then(
+        [=](col::object_ref& out) {
+          seen->done(floats_of(self->system(), out) == std::vector<float>{3.0f}
+                       ? ""
+                       : "allreduce wrong; ");
+        },
+        on_error);
+  };
+  return {
+    [=](both_atom) -> caf::result<std::string> {
+      seen->rp = self->make_response_promise<std::string>();
+      col::collectives(self, "mixed")
+        .allgather_object(std::string(1, static_cast<char>('a' + rank)))
+        .then(
+          [=](std::vector<std::string>& names) {
+            seen->done(names == std::vector<std::string>{"a", "b"}
+                         ? ""
+                         : "allgather_object wrong; ");
+          },
+          on_error);
+      if (rank == 0)
+        start_allreduce();
+      else
+        self->send(self, later_atom::value);
+      return seen->rp;
+    },
+    [=](later_atom) { start_allreduce(); },
+  };
+}
+
+} // namespace
+
+TEST_CASE("a member's object op and tensor op started without waiting run "
+          "in the order it started them") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  std::vector<caf::actor> ms;
+  for (int r = 0; r < 2; ++r)
+    ms.push_back(
+      f.member(members_run("mixed", r, 2), unawaited_member, int32_t{r}));
+  REQUIRE(!col::await_group(self, f.driver, "mixed", 15s));
+  for (auto& m : ms)
+    self->send(m, both_atom::value);
+  int answered = 0;
+  self->receive_for(answered, 2)(
+    [&](std::string& problem) { CHECK_MESSAGE(problem.empty(), problem); },
+    [&](caf::error& err) { FAIL(text(err)); },
+    caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
+}
+
+namespace {
+
 using sendobj_atom = caf::atom_constant<caf::atom("t_sendobj")>;
 
 caf::behavior object_pair(caf::event_based_actor* self, int32_t rank,

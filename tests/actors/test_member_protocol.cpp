@@ -91,13 +91,6 @@ struct fixture {
   // Runs every actor until no message is left; moves no time.
   size_t run() { return testing_scheduler::run_all(sched); }
 
-  // The first message in `who`'s mailbox, rendered ("" when none).
-  static std::string peek(const caf::actor& who) {
-    auto* x = caf::actor_cast<caf::abstract_actor*>(who);
-    auto* head = dynamic_cast<caf::scheduled_actor&>(*x).mailbox().peek();
-    return head ? caf::to_string(head->content()) : "";
-  }
-
   // A member of the 2-rank group `name` (rank 0) whose ops come from `from`.
   caf::actor member(const std::string& name, col::op_source from,
                     result_ptr out) {
@@ -120,9 +113,9 @@ bool contains(const std::string& haystack, const std::string& needle) {
 
 } // namespace
 
-TEST_CASE("member path: the op is a request to the member itself, waits "
-          "while the group does not exist yet, and the driver's abort fails "
-          "it with the driver's reason") {
+TEST_CASE("member path: the op starts in the member's own handler - no "
+          "message to itself - waits while the group does not exist yet, and "
+          "the driver's abort fails it with the driver's reason") {
   fixture f;
   auto out = std::make_shared<own_result>();
   auto m = f.member("early", col::op_source::members, out);
@@ -130,8 +123,8 @@ TEST_CASE("member path: the op is a request to the member itself, waits "
   CHECK(f.driver_log->front() == "reg early rank 0 ops from members");
   caf::anon_send(m, go_atom::value, std::string{"early"},
                  std::vector<float>{1, 2});
-  f.sched.run_once(); // the member handles go and sends itself the op
-  CHECK(contains(f.peek(m), "member_op"));
+  f.sched.run_once();  // the member handles go and starts the op in it
+  CHECK(f.run() == 0); // no request to itself is left to handle
   f.run();
   CHECK(out->answers == 0); // waiting for its group, nothing answered
   auto why = col::make_error(col::errc::peer_lost,
@@ -151,18 +144,36 @@ TEST_CASE("member path: the op is a request to the member itself, waits "
 }
 
 TEST_CASE("member path: an op on a group the member is not in is refused "
-          "in the step that handles the request") {
+          "in the handler that starts it") {
   fixture f;
   auto out = std::make_shared<own_result>();
   auto m = f.member("real", col::op_source::members, out);
   caf::anon_send(m, go_atom::value, std::string{"no-such"},
                  std::vector<float>{1});
-  f.sched.run_once(); // go
-  f.sched.run_once(); // the member_op request, refused
+  f.sched.run_once(); // go: the op is refused in it
+  CHECK(out->answers == 0);
   f.sched.run_once(); // the refusal, delivered to the handler
   REQUIRE(out->answers == 1);
+  CHECK(f.run() == 0);
   CHECK(col::code_of(out->err) == col::errc::unknown_group);
   CHECK(contains(col::render(out->err), "'no-such'"));
+}
+
+TEST_CASE("member path: an actor that runs no member protocol is answered "
+          "unknown_group naming the group") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto plain = f.sys.spawn(starter, out);
+  caf::anon_send(plain, go_atom::value, std::string{"nowhere"},
+                 std::vector<float>{1});
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::unknown_group);
+  auto text = col::render(out->err);
+  CHECK(contains(text, "'nowhere'"));
+  CHECK(contains(text, "runs no member protocol"));
+  caf::anon_send_exit(plain, caf::exit_reason::user_shutdown);
+  f.run();
 }
 
 TEST_CASE("member path: an op without its input is refused naming the group "
