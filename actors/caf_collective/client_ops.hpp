@@ -42,7 +42,7 @@ op_params params_of(const reduce_scatter_options& opts);
 
 /// `driver` itself if it lives on this node, else a relay of this node that
 /// forwards one request to it and answers aborted if the driver goes away
-/// before it answered (driver_relay.cpp).
+/// before it answered (remote_relay.cpp).
 driver_api relay_if_remote(caf::actor_system& sys, const driver_api& driver);
 
 } // namespace detail

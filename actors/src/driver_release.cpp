@@ -5,6 +5,8 @@
 #include "caf_collective/error.hpp"
 #include "caf_collective/interfaces.hpp"
 
+#include "remote_relay.hpp"
+
 namespace caf_collective::detail {
 
 namespace {
@@ -32,8 +34,12 @@ caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
                       "release: no member of node " + ref.node +
                         " is known to the driver, so object " +
                         std::to_string(ref.id) + " cannot be reached");
-  // The member of that node answers the client directly.
-  return self->delegate(typed_member(member), release_atom::value, ref);
+  // The member of that node answers the client directly, through a relay
+  // that answers aborted if that node is lost first: the client does not
+  // watch the member, whose node it may not even know.
+  return self->delegate(
+    typed_member(relay_to(self->system(), std::move(member))),
+    release_atom::value, ref);
 }
 
 } // namespace caf_collective::detail

@@ -495,7 +495,8 @@ TEST_CASE("a node killed mid-op: the client gets peer_lost naming its rank, "
 }
 
 TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
-          "heartbeats: peer_lost before the op's deadline") {
+          "heartbeats: peer_lost before the op's deadline - and a release of "
+          "an object there ends too") {
   fixture f{true};
   f.form("nodes", 3, {{0, 2, 0}, {2, 1, 0}}, 20000);
   constexpr int32_t n = 1000;
@@ -511,9 +512,19 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
   REQUIRE(waitpid(f.nodes[1], &stopped, WUNTRACED) == f.nodes[1]);
   REQUIRE(WIFSTOPPED(stopped));
   auto t0 = std::chrono::steady_clock::now();
+  // Meanwhile a client releases rank 2's object through the driver, which
+  // hands the release to the frozen node: it must end with the node's loss
+  // (the typed helper has no timeout of its own).
+  auto release = std::async(std::launch::async, [&] {
+    caf::scoped_actor client{f.sys};
+    auto err = col::release(client, col::typed_driver(f.driver), xs[2]);
+    return std::make_pair(err, std::chrono::steady_clock::now() - t0);
+  });
   auto res = col::run_op(f.self, f.driver,
                          {"nodes", col::op_kind::allreduce, xs, {}}, 30s);
   auto elapsed = std::chrono::steady_clock::now() - t0;
+  REQUIRE(release.wait_for(15s) == std::future_status::ready);
+  auto [release_err, release_elapsed] = release.get();
   kill(f.nodes[1], SIGKILL);
   CHECK(fixture::wait_node(f.nodes[1], 10s) == -1);
   f.nodes.pop_back();
@@ -528,6 +539,14 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost by the middleman's "
     REQUIRE(st);
     CHECK(st->state == "broken");
   }
+  REQUIRE(release_err);
+  auto release_text = col::render(release_err);
+  INFO(release_text);
+  CHECK(col::code_of(release_err) == col::errc::aborted);
+  CHECK(
+    contains(release_text, "release of object " + std::to_string(xs[2].id)));
+  CHECK(contains(release_text, "went away"));
+  CHECK(release_elapsed < 15s);
 }
 
 TEST_CASE("the driver's node spawns members on other nodes (remote spawn, "
