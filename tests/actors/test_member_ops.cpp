@@ -144,6 +144,21 @@ struct fixture {
     actors.push_back(x);
     return x;
   }
+
+  // The formed members-run group `name` of `ws` members on `backend`,
+  // member r running fun(self, r, xs...).
+  template<class Fun, class... Ts>
+  std::vector<caf::actor> formed(const std::string& name, int ws,
+                                 const std::string& backend, Fun fun,
+                                 Ts... xs) {
+    std::vector<caf::actor> result;
+    for (int r = 0; r < ws; ++r)
+      result.push_back(
+        member(members_run(name, r, ws, backend), fun, int32_t{r}, xs...));
+    caf::scoped_actor self{sys};
+    REQUIRE(!col::await_group(self, driver, name, 15s));
+    return result;
+  }
 };
 
 std::string text(const caf::error& err) {
@@ -318,11 +333,8 @@ TEST_CASE("every op started by members gives the expected values") {
   fixture f;
   caf::scoped_actor self{f.sys};
   constexpr int ws = 3;
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < ws; ++r)
-    ms.push_back(f.member(members_run("ops", r, ws), one_op_member, r,
-                          std::string{"ops"}));
-  REQUIRE(!col::await_group(self, f.driver, "ops", 15s));
+  auto ms = f.formed("ops", ws, col::default_backend, one_op_member,
+                     std::string{"ops"});
   // Rank r's input: {6r, 6r + 1, ..., 6r + 5}.
   std::vector<std::vector<float>> in(ws);
   for (int r = 0; r < ws; ++r)
@@ -408,11 +420,8 @@ TEST_CASE("a bad member-initiated op fails with an error naming the group, "
   fixture f;
   caf::scoped_actor self{f.sys};
   constexpr int ws = 2;
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < ws; ++r)
-    ms.push_back(f.member(members_run("bad", r, ws), one_op_member, r,
-                          std::string{"bad"}));
-  REQUIRE(!col::await_group(self, f.driver, "bad", 15s));
+  auto ms = f.formed("bad", ws, col::default_backend, one_op_member,
+                     std::string{"bad"});
   using k = col::op_kind;
   std::vector<std::vector<float>> in{{1, 2}, {3, 4}};
   // Root 5 is out of range on both ranks: refused before data moves.
@@ -479,11 +488,7 @@ TEST_CASE("a member that dies while its peer waits in a member-initiated "
           "op: the peer's op fails naming the dead rank") {
   fixture f;
   caf::scoped_actor self{f.sys};
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < 2; ++r)
-    ms.push_back(f.member(members_run("die", r, 2, "gloo"), one_op_member, r,
-                          std::string{"die"}));
-  REQUIRE(!col::await_group(self, f.driver, "die", 15s));
+  auto ms = f.formed("die", 2, "gloo", one_op_member, std::string{"die"});
   self->send(ms[0], op_atom::value, col::op_kind::allreduce,
              std::vector<float>{1, 2}, int32_t{0});
   // Rank 1 never starts: it dies.
@@ -504,11 +509,7 @@ TEST_CASE("a member with a healthy idle group exits without blocking its "
   // it (a barrier of up to 5 s with its peer), the ping below would wait.
   fixture f{1};
   caf::scoped_actor self{f.sys};
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < 2; ++r)
-    ms.push_back(f.member(members_run("idle", r, 2, "gloo"), one_op_member, r,
-                          std::string{"idle"}));
-  REQUIRE(!col::await_group(self, f.driver, "idle", 15s));
+  auto ms = f.formed("idle", 2, "gloo", one_op_member, std::string{"idle"});
   auto pinger = f.sys.spawn([](caf::event_based_actor*) -> caf::behavior {
     return {[](caf::ping_atom) { return caf::pong_atom::value; }};
   });
@@ -653,11 +654,8 @@ TEST_CASE("members run object collectives from their handlers, in order with "
   fixture f;
   caf::scoped_actor self{f.sys};
   constexpr int ws = 3;
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < ws; ++r)
-    ms.push_back(
-      f.member(members_run("objs", r, ws), object_member, r, int32_t{ws}));
-  REQUIRE(!col::await_group(self, f.driver, "objs", 15s));
+  auto ms =
+    f.formed("objs", ws, col::default_backend, object_member, int32_t{ws});
   for (auto& m : ms)
     self->send(m, objects_atom::value);
   int answered = 0;
@@ -729,11 +727,7 @@ TEST_CASE("a member's object op and tensor op started without waiting run "
           "in the order it started them") {
   fixture f;
   caf::scoped_actor self{f.sys};
-  std::vector<caf::actor> ms;
-  for (int r = 0; r < 2; ++r)
-    ms.push_back(
-      f.member(members_run("mixed", r, 2), unawaited_member, int32_t{r}));
-  REQUIRE(!col::await_group(self, f.driver, "mixed", 15s));
+  auto ms = f.formed("mixed", 2, col::default_backend, unawaited_member);
   for (auto& m : ms)
     self->send(m, both_atom::value);
   int answered = 0;

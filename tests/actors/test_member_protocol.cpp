@@ -91,6 +91,19 @@ struct fixture {
   // Runs every actor until no message is left; moves no time.
   size_t run() { return testing_scheduler::run_all(sched); }
 
+  // Sends `who` (go, group, values), runs every actor and returns the text
+  // of the error its op ended in, after checking that it is the first
+  // answer and has the code `want`.
+  std::string refused(const caf::actor& who, const std::string& group,
+                      std::vector<float> values, const result_ptr& out,
+                      col::errc want) {
+    caf::anon_send(who, go_atom::value, group, std::move(values));
+    run();
+    REQUIRE(out->answers == 1);
+    CHECK(col::code_of(out->err) == want);
+    return col::render(out->err);
+  }
+
   // A member of the 2-rank group `name` (rank 0) whose ops come from `from`.
   caf::actor member(const std::string& name, col::op_source from,
                     result_ptr out) {
@@ -164,12 +177,7 @@ TEST_CASE("member path: an actor that runs no member protocol is answered "
   fixture f;
   auto out = std::make_shared<own_result>();
   auto plain = f.sys.spawn(starter, out);
-  caf::anon_send(plain, go_atom::value, std::string{"nowhere"},
-                 std::vector<float>{1});
-  f.run();
-  REQUIRE(out->answers == 1);
-  CHECK(col::code_of(out->err) == col::errc::unknown_group);
-  auto text = col::render(out->err);
+  auto text = f.refused(plain, "nowhere", {1}, out, col::errc::unknown_group);
   CHECK(contains(text, "'nowhere'"));
   CHECK(contains(text, "runs no member protocol"));
   caf::anon_send_exit(plain, caf::exit_reason::user_shutdown);
@@ -181,11 +189,7 @@ TEST_CASE("member path: an op without its input is refused naming the group "
   fixture f;
   auto out = std::make_shared<own_result>();
   auto m = f.member("empty", col::op_source::members, out);
-  caf::anon_send(m, go_atom::value, std::string{"empty"}, std::vector<float>{});
-  f.run();
-  REQUIRE(out->answers == 1);
-  CHECK(col::code_of(out->err) == col::errc::invalid_argument);
-  auto text = col::render(out->err);
+  auto text = f.refused(m, "empty", {}, out, col::errc::invalid_argument);
   CHECK(contains(text, "'empty'"));
   CHECK(contains(text, "allreduce"));
   CHECK(contains(text, "names no object"));
@@ -197,12 +201,8 @@ TEST_CASE("member path: the mixed-mode rule, member side: a member refuses "
   fixture f;
   auto out = std::make_shared<own_result>();
   auto driven = f.member("driven", col::op_source::driver, out);
-  caf::anon_send(driven, go_atom::value, std::string{"driven"},
-                 std::vector<float>{1});
-  f.run();
-  REQUIRE(out->answers == 1);
-  CHECK(col::code_of(out->err) == col::errc::unsupported);
-  CHECK(contains(col::render(out->err), "ops_from = driver"));
+  CHECK(contains(f.refused(driven, "driven", {1}, out, col::errc::unsupported),
+                 "ops_from = driver"));
 
   auto own = f.member("own", col::op_source::members, out);
   caf::error refused;
