@@ -40,10 +40,12 @@ op_params params_of(const gather_options& opts);
 op_params params_of(const scatter_options& opts);
 op_params params_of(const reduce_scatter_options& opts);
 
-/// `driver` itself if it lives on this node, else a relay of this node that
-/// forwards one request to it and answers aborted if the driver goes away
-/// before it answered (remote_relay.cpp).
-driver_api relay_if_remote(caf::actor_system& sys, const driver_api& driver);
+/// `driver` itself if it lives on this node, else the relay of this node
+/// that forwards `sender`'s next request to it, in order, and answers
+/// aborted if the driver goes away before it answered (remote_relay.cpp).
+driver_api relay_if_remote(caf::actor_system& sys,
+                           const caf::abstract_actor* sender,
+                           const driver_api& driver);
 
 } // namespace detail
 
@@ -54,7 +56,7 @@ caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
 /// Sends `req`; the result arrives as the response.
 template<class Self>
 auto run(Self* self, const driver_api& driver, op_request req) {
-  return self->request(detail::relay_if_remote(self->system(), driver),
+  return self->request(detail::relay_if_remote(self->system(), self, driver),
                        caf::infinite, std::move(req));
 }
 
@@ -177,7 +179,7 @@ caf::error release(caf::scoped_actor& self, const driver_api& driver,
 /// Releases `ref` wherever it lives (see above); answers caf::ok_atom.
 template<class Self>
 auto release(Self* self, const driver_api& driver, const object_ref& ref) {
-  return self->request(detail::relay_if_remote(self->system(), driver),
+  return self->request(detail::relay_if_remote(self->system(), self, driver),
                        caf::infinite, release_atom::value, ref);
 }
 

@@ -38,7 +38,7 @@ caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
   // that answers aborted if that node is lost first: the client does not
   // watch the member, whose node it may not even know.
   return self->delegate(
-    typed_member(relay_to(self->system(), std::move(member))),
+    typed_member(relay_to(self->system(), self, std::move(member))),
     release_atom::value, ref);
 }
 

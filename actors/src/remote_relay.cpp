@@ -3,9 +3,19 @@
 // the driver hands to a member on another node (driver_release.cpp). A
 // driver of this node needs no relay: it answers everything it holds when
 // it exits (driver_failure.hpp).
+//
+// One relay serves one sender and one target at a time, so the sender's
+// requests reach the target in the order it sent them (CAF keeps the order
+// of one sender's messages to one receiver, and the relay is that one
+// sender). A relay quits once every request routed to it was answered;
+// the next request starts a new one.
 #include "remote_relay.hpp"
 
+#include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,66 +29,126 @@ namespace caf_collective::detail {
 
 namespace {
 
-struct relay_state {
-  /// Why the target went, once it did (possibly before the request came).
-  std::optional<caf::error> gone;
-  /// The error for that case, naming what was asked.
+using pair_key =
+  std::pair<const caf::actor_control_block*, const caf::actor_control_block*>;
+
+// A relay and the requests routed to it that it has not answered yet.
+struct relay_record {
+  caf::actor relay;
+  size_t outstanding = 0;
+};
+
+using record_ptr = std::shared_ptr<relay_record>;
+
+// The live relay of each (sender, target) pair.
+struct relay_registry {
+  std::mutex mtx;
+  std::map<pair_key, record_ptr> by_pair;
+};
+
+relay_registry& registry() {
+  static relay_registry instance;
+  return instance;
+}
+
+// Takes the pair's relay out of service (new requests get a new one).
+void retire(const pair_key& key, const record_ptr& rec) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> guard{r.mtx};
+  auto i = r.by_pair.find(key);
+  if (i != r.by_pair.end() && i->second == rec) r.by_pair.erase(i);
+}
+
+struct pending_request {
+  caf::response_promise rp;
+  /// The error for a target that went away first, naming what was asked.
   std::function<caf::error(const caf::error&)> lost;
-  /// The request in flight, answered on the target's loss.
-  caf::response_promise pending;
-  bool waiting = false;
+};
+
+struct relay_state {
+  pair_key key;
+  record_ptr record;
+  /// Why the target went, once it did.
+  std::optional<caf::error> gone;
+  std::map<uint64_t, pending_request> pending;
+  uint64_t next_serial = 0;
   static inline const char* name = "caf_collective.remote_relay";
 };
 
 using relay_actor = caf::stateful_actor<relay_state>;
 
-void answer_lost(relay_actor* self) {
-  self->state.pending.deliver(self->state.lost(*self->state.gone));
+// `n` requests routed here are answered; quits when none is left.
+void answered(relay_actor* self, size_t n) {
+  auto& r = registry();
+  std::unique_lock<std::mutex> guard{r.mtx};
+  auto& rec = *self->state.record;
+  rec.outstanding -= n;
+  if (rec.outstanding > 0) return;
+  auto i = r.by_pair.find(self->state.key);
+  if (i != r.by_pair.end() && i->second == self->state.record)
+    r.by_pair.erase(i);
+  guard.unlock();
   self->quit();
+}
+
+void settle(relay_actor* self, uint64_t serial, caf::message answer) {
+  auto i = self->state.pending.find(serial);
+  if (i == self->state.pending.end()) return;
+  auto rp = std::move(i->second.rp);
+  self->state.pending.erase(i);
+  rp.deliver(std::move(answer));
+  answered(self, 1);
 }
 
 // Forwards `xs` to the target and hands its answer (a `Result`) back.
 template<class Result, class... Ts>
 caf::result<Result> forward(relay_actor* self, const caf::actor& target,
+                            std::function<caf::error(const caf::error&)> lost,
                             Ts&&... xs) {
   auto rp = self->make_response_promise<Result>();
-  self->state.pending = rp;
   if (self->state.gone) {
-    answer_lost(self);
+    rp.deliver(lost(*self->state.gone));
+    answered(self, 1);
     return rp;
   }
-  self->state.waiting = true;
+  auto serial = self->state.next_serial++;
+  self->state.pending.emplace(serial, pending_request{rp, std::move(lost)});
   self->request(target, caf::infinite, std::forward<Ts>(xs)...)
     .then(
-      [self, rp](Result& x) mutable {
-        rp.deliver(std::move(x));
-        self->quit();
+      [self, serial](Result& x) {
+        settle(self, serial, caf::make_message(std::move(x)));
       },
-      [self, rp](caf::error& err) mutable {
-        rp.deliver(std::move(err));
-        self->quit();
+      [self, serial](caf::error& err) {
+        settle(self, serial, caf::make_message(std::move(err)));
       });
   return rp;
 }
 
-caf::behavior relay(relay_actor* self, caf::actor target) {
+caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
+                    record_ptr record) {
+  self->state.key = key;
+  self->state.record = std::move(record);
   self->monitor(target);
   self->set_down_handler([self](caf::down_msg& down) {
     self->state.gone = down.reason;
-    if (self->state.waiting) answer_lost(self);
-    // Otherwise the request is still on its way here: it is answered
-    // with the loss as it arrives.
+    // Requests still on their way here are answered as they arrive; new
+    // ones get a new relay, which learns of the loss at once.
+    retire(self->state.key, self->state.record);
+    auto pending = std::move(self->state.pending);
+    self->state.pending.clear();
+    for (auto& [serial, req] : pending)
+      req.rp.deliver(req.lost(down.reason));
+    if (!pending.empty()) answered(self, pending.size());
   });
   return {
     [self, target](op_request& req) -> caf::result<op_result> {
-      self->state.lost = [group = req.group,
-                          op = req.op](const caf::error& why) {
+      auto lost = [group = req.group, op = req.op](const caf::error& why) {
         return gone_before_answer(error_context{group, op, -1, -1, -1}, why);
       };
-      return forward<op_result>(self, target, std::move(req));
+      return forward<op_result>(self, target, std::move(lost), std::move(req));
     },
     [self, target](release_atom, object_ref& ref) -> caf::result<caf::ok_atom> {
-      self->state.lost = [id = ref.id, node = ref.node](const caf::error& why) {
+      auto lost = [id = ref.id, node = ref.node](const caf::error& why) {
         return make_error(errc::aborted,
                           "release of object " + std::to_string(id) +
                             " of node " + node +
@@ -86,26 +156,39 @@ caf::behavior relay(relay_actor* self, caf::actor target) {
                             ") before it answered: whether the object was "
                             "released is unknown");
       };
-      return forward<caf::ok_atom>(self, target, release_atom::value,
-                                   std::move(ref));
+      return forward<caf::ok_atom>(self, target, std::move(lost),
+                                   release_atom::value, std::move(ref));
     },
   };
 }
 
 } // namespace
 
-caf::actor relay_to(caf::actor_system& sys, caf::actor target) {
-  // Hidden: a relay is the library's, and must not keep the user's
-  // system from shutting down on its own account.
-  return sys.spawn<caf::hidden>(relay, std::move(target));
+caf::actor relay_to(caf::actor_system& sys, const caf::abstract_actor* sender,
+                    caf::actor target) {
+  pair_key key{sender->ctrl(),
+               caf::actor_cast<caf::actor_control_block*>(target)};
+  auto& r = registry();
+  std::lock_guard<std::mutex> guard{r.mtx};
+  auto& rec = r.by_pair[key];
+  if (!rec) {
+    rec = std::make_shared<relay_record>();
+    // Hidden: a relay is the library's, and must not keep the user's
+    // system from shutting down on its own account.
+    rec->relay = sys.spawn<caf::hidden>(relay, std::move(target), key, rec);
+  }
+  ++rec->outstanding;
+  return rec->relay;
 }
 
-driver_api relay_if_remote(caf::actor_system& sys, const driver_api& driver) {
+driver_api relay_if_remote(caf::actor_system& sys,
+                           const caf::abstract_actor* sender,
+                           const driver_api& driver) {
   if (!driver || driver.node() == sys.node()) return driver;
   // The relay accepts exactly the two requests the helpers send through it
   // (run and release), with the driver's answer types.
   return caf::actor_cast<driver_api>(
-    relay_to(sys, caf::actor_cast<caf::actor>(driver)));
+    relay_to(sys, sender, caf::actor_cast<caf::actor>(driver)));
 }
 
 } // namespace caf_collective::detail

@@ -362,6 +362,44 @@ TEST_CASE("members on two other nodes asking for gloo by name run an "
     CHECK(f.read(r, xs[r]) == want);
 }
 
+TEST_CASE("an actor's requests to a driver on another node reach it in the "
+          "order the actor sent them") {
+  fixture f;
+  f.own_driver = true;
+  f.start_node("order", 2, {0, 2, 0}, 10000);
+  auto far_driver = f.announced(node_test::driver_rank);
+  REQUIRE(far_driver.node() != f.sys.node());
+  f.members = {f.announced(0), f.announced(1)};
+  REQUIRE(!col::await_group(f.self, far_driver, "order", 30s));
+  // The driver numbers a group's ops as their requests arrive: the
+  // sequence numbers of the answers show the order of arrival.
+  constexpr size_t n = 24;
+  auto seqs = std::make_shared<std::promise<std::vector<int64_t>>>();
+  auto got = seqs->get_future();
+  auto typed = col::typed_driver(far_driver);
+  f.sys.spawn([=](caf::event_based_actor* self) {
+    auto by_request = std::make_shared<std::vector<int64_t>>(n, -1);
+    auto left = std::make_shared<size_t>(n);
+    for (size_t i = 0; i < n; ++i)
+      col::barrier(self, typed, "order")
+        .then(
+          [=](col::op_result& r) {
+            (*by_request)[i] = static_cast<int64_t>(r.seq);
+            if (--*left == 0) seqs->set_value(*by_request);
+          },
+          [=](caf::error&) {
+            if (--*left == 0) seqs->set_value(*by_request);
+          });
+  });
+  REQUIRE(got.wait_for(30s) == std::future_status::ready);
+  auto by_request = got.get();
+  for (size_t i = 0; i < n; ++i) {
+    INFO("request " << i);
+    CHECK(by_request[i] >= 0); // answered with a result
+    if (i > 0) CHECK(by_request[i] == by_request[i - 1] + 1);
+  }
+}
+
 TEST_CASE("clients of a driver on another node - blocking ones and actors - "
           "get an error naming the op soon after that node is killed mid-op "
           "- no hang") {
