@@ -32,9 +32,12 @@ namespace {
 using pair_key =
   std::pair<const caf::actor_control_block*, const caf::actor_control_block*>;
 
-// A relay and the requests routed to it that it has not answered yet.
+// A relay and the requests routed to it that it has not answered yet. The
+// record holds the relay weakly: a static table must not own an actor
+// that could outlive its actor system. The relay keeps itself alive until
+// it quits (relay_state::me).
 struct relay_record {
-  caf::actor relay;
+  caf::weak_actor_ptr relay;
   size_t outstanding = 0;
 };
 
@@ -66,6 +69,10 @@ struct pending_request {
 };
 
 struct relay_state {
+  /// The relay itself, until it quits: once the node of its target is
+  /// lost, nothing else may hold it, and its down message must still be
+  /// handled.
+  caf::actor me;
   pair_key key;
   record_ptr record;
   /// Why the target went, once it did.
@@ -126,6 +133,7 @@ caf::result<Result> forward(relay_actor* self, const caf::actor& target,
 
 caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
                     record_ptr record) {
+  self->state.me = caf::actor_cast<caf::actor>(self);
   self->state.key = key;
   self->state.record = std::move(record);
   self->monitor(target);
@@ -171,14 +179,17 @@ caf::actor relay_to(caf::actor_system& sys, const caf::abstract_actor* sender,
   auto& r = registry();
   std::lock_guard<std::mutex> guard{r.mtx};
   auto& rec = r.by_pair[key];
-  if (!rec) {
+  caf::actor live;
+  if (rec) live = caf::actor_cast<caf::actor>(rec->relay);
+  if (!live) {
     rec = std::make_shared<relay_record>();
     // Hidden: a relay is the library's, and must not keep the user's
     // system from shutting down on its own account.
-    rec->relay = sys.spawn<caf::hidden>(relay, std::move(target), key, rec);
+    live = sys.spawn<caf::hidden>(relay, std::move(target), key, rec);
+    rec->relay = caf::actor_cast<caf::weak_actor_ptr>(live);
   }
   ++rec->outstanding;
-  return rec->relay;
+  return live;
 }
 
 driver_api relay_if_remote(caf::actor_system& sys,
