@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -13,30 +15,43 @@ namespace caf_collective::detail {
 
 namespace {
 
-// Set by set_log_level; wins over the environment.
-std::optional<spdlog::level::level_enum> level_override;
+// Our loggers, kept out of spdlog's registry and never destroyed: a lane
+// may still log while the process exits (a group that was forming when
+// main returned), after spdlog's registry or any other static of ours has
+// been destroyed (TSan saw exactly that race).
+struct logger_table {
+  std::mutex mtx;
+  std::map<std::string, std::shared_ptr<spdlog::logger>> by_name;
+  std::shared_ptr<spdlog::sinks::stderr_color_sink_mt> sink =
+    std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  /// Set by set_log_level; wins over the environment.
+  std::optional<spdlog::level::level_enum> level_override;
+};
 
-spdlog::level::level_enum configured_level() {
-  if (level_override) return *level_override;
+logger_table& loggers() {
+  static auto* table = new logger_table;
+  return *table;
+}
+
+spdlog::level::level_enum configured_level(const logger_table& t) {
+  if (t.level_override) return *t.level_override;
   const char* env = std::getenv("CAF_COLLECTIVE_LOG_LEVEL");
   if (env == nullptr || *env == '\0') return spdlog::level::warn;
   return spdlog::level::from_str(env);
 }
 
-std::mutex& loggers_mutex() {
-  static std::mutex mtx;
-  return mtx;
-}
-
 } // namespace
 
 spdlog::logger& logger_for(const std::string& subsystem) {
-  std::lock_guard<std::mutex> guard{loggers_mutex()};
+  auto& t = loggers();
+  std::lock_guard<std::mutex> guard{t.mtx};
   auto name = "caf_collective." + subsystem;
-  if (auto existing = spdlog::get(name)) return *existing;
-  auto created = spdlog::stderr_color_mt(name);
-  created->set_level(configured_level());
-  return *created;
+  auto& entry = t.by_name[name];
+  if (!entry) {
+    entry = std::make_shared<spdlog::logger>(name, t.sink);
+    entry->set_level(configured_level(t));
+  }
+  return *entry;
 }
 
 } // namespace caf_collective::detail
@@ -57,11 +72,11 @@ bool set_log_level(const std::string& level) {
   if (std::find(std::begin(names), std::end(names), level) == std::end(names))
     return false;
   auto parsed = spdlog::level::from_str(level);
-  std::lock_guard<std::mutex> guard{detail::loggers_mutex()};
-  detail::level_override = parsed;
-  spdlog::apply_all([parsed](const std::shared_ptr<spdlog::logger>& l) {
-    if (l->name().rfind("caf_collective.", 0) == 0) l->set_level(parsed);
-  });
+  auto& t = detail::loggers();
+  std::lock_guard<std::mutex> guard{t.mtx};
+  t.level_override = parsed;
+  for (auto& [name, logger] : t.by_name)
+    logger->set_level(parsed);
   return true;
 }
 
