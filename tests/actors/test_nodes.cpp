@@ -175,6 +175,19 @@ struct fixture {
 
   // The actor a node announced under `rank` (the directory's protocol),
   // waiting for it up to 30 s.
+  // Starts one node holding a driver of its own and both ranks of the
+  // 2-rank group `group` (each op started `delay_ms` late), waits until the
+  // group formed there, and returns that node's driver.
+  caf::actor far_group(const std::string& group, int64_t delay_ms) {
+    own_driver = true;
+    start_node(group, 2, {0, 2, delay_ms}, 10000);
+    auto far_driver = announced(node_test::driver_rank);
+    REQUIRE(far_driver.node() != sys.node());
+    members = {announced(0), announced(1)};
+    REQUIRE(!col::await_group(self, far_driver, group, 30s));
+    return far_driver;
+  }
+
   caf::actor announced(int32_t rank) {
     caf::actor result;
     auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -365,12 +378,7 @@ TEST_CASE("members on two other nodes asking for gloo by name run an "
 TEST_CASE("an actor's requests to a driver on another node reach it in the "
           "order the actor sent them") {
   fixture f;
-  f.own_driver = true;
-  f.start_node("order", 2, {0, 2, 0}, 10000);
-  auto far_driver = f.announced(node_test::driver_rank);
-  REQUIRE(far_driver.node() != f.sys.node());
-  f.members = {f.announced(0), f.announced(1)};
-  REQUIRE(!col::await_group(f.self, far_driver, "order", 30s));
+  auto far_driver = f.far_group("order", 0);
   // The driver numbers a group's ops as their requests arrive: the
   // sequence numbers of the answers show the order of arrival.
   constexpr size_t n = 24;
@@ -404,14 +412,9 @@ TEST_CASE("clients of a driver on another node - blocking ones and actors - "
           "get an error naming the op soon after that node is killed mid-op "
           "- no hang") {
   fixture f;
-  f.own_driver = true;
   // The node holds the driver and both ranks, which start each op 4 s late:
   // the op is surely unanswered when the node is killed.
-  f.start_node("far", 2, {0, 2, 4000}, 10000);
-  auto far_driver = f.announced(node_test::driver_rank);
-  REQUIRE(far_driver.node() != f.sys.node());
-  f.members = {f.announced(0), f.announced(1)};
-  REQUIRE(!col::await_group(f.self, far_driver, "far", 30s));
+  auto far_driver = f.far_group("far", 4000);
   std::vector<col::object_ref> xs{f.make(0, 100, 1.0f), f.make(1, 100, 2.0f)};
   auto spare = f.make(0, 10, 0.0f);
   // An actor releases a ref through the far driver (answered: the relay
