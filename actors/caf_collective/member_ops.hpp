@@ -250,16 +250,27 @@ class member_collectives {
   }
 
  private:
-  // Started in the caller's handler like a tensor op (start below), so the
-  // member's ops of both kinds run in the order it called them.
-  template<class Fn>
-  auto start_job(std::string what, Fn fn) {
-    member_job job{group_, std::move(what), detail::make_job(std::move(fn))};
+  // The handle a request from the member to itself would give: `begin(id)`
+  // starts the op in the caller's handler, and the op's answer arrives as
+  // the response to `id`. The op's own deadline bounds it (the group fails
+  // it with timeout): the response needs no timer.
+  template<class Begin>
+  auto answered_to_self(Begin begin) {
     using handle = decltype(self_->request(caf::actor{}, caf::infinite,
                                            std::declval<member_op>()));
     auto id = self_->new_request_id(caf::message_priority::normal);
-    detail::start_own_job(self_, std::move(job), id);
+    begin(id);
     return handle{id.response_id(), self_};
+  }
+
+  // Started like a tensor op (start below), so the member's ops of both
+  // kinds run in the order it called them.
+  template<class Fn>
+  auto start_job(std::string what, Fn fn) {
+    member_job job{group_, std::move(what), detail::make_job(std::move(fn))};
+    return answered_to_self([&](caf::message_id id) {
+      detail::start_own_job(self_, std::move(job), id);
+    });
   }
 
   member_op make(op_kind kind, object_ref ref, const op_options& opts) const {
@@ -271,16 +282,10 @@ class member_collectives {
     return op;
   }
 
-  // The op's own deadline bounds it (the group fails it with timeout), and
-  // the replier is the member itself: the response needs no timer. The
-  // handle is the one a request to the member itself would give; the op's
-  // answer arrives as the response to its id.
   auto start(member_op op) {
-    using handle =
-      decltype(self_->request(caf::actor{}, caf::infinite, std::move(op)));
-    auto id = self_->new_request_id(caf::message_priority::normal);
-    detail::start_own_op(self_, std::move(op), id);
-    return handle{id.response_id(), self_};
+    return answered_to_self([&](caf::message_id id) {
+      detail::start_own_op(self_, std::move(op), id);
+    });
   }
 
   Self* self_;

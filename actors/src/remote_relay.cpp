@@ -54,12 +54,18 @@ relay_registry& registry() {
   return instance;
 }
 
-// Takes the pair's relay out of service (new requests get a new one).
+// Takes the pair's relay out of service (new requests get a new one),
+// unless a newer relay serves the pair already. Call with r.mtx held.
+void retire_locked(relay_registry& r, const pair_key& key,
+                   const record_ptr& rec) {
+  auto i = r.by_pair.find(key);
+  if (i != r.by_pair.end() && i->second == rec) r.by_pair.erase(i);
+}
+
 void retire(const pair_key& key, const record_ptr& rec) {
   auto& r = registry();
   std::lock_guard<std::mutex> guard{r.mtx};
-  auto i = r.by_pair.find(key);
-  if (i != r.by_pair.end() && i->second == rec) r.by_pair.erase(i);
+  retire_locked(r, key, rec);
 }
 
 struct pending_request {
@@ -91,9 +97,7 @@ void answered(relay_actor* self, size_t n) {
   auto& rec = *self->state.record;
   rec.outstanding -= n;
   if (rec.outstanding > 0) return;
-  auto i = r.by_pair.find(self->state.key);
-  if (i != r.by_pair.end() && i->second == self->state.record)
-    r.by_pair.erase(i);
+  retire_locked(r, self->state.key, self->state.record);
   guard.unlock();
   self->quit();
 }
