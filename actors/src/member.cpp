@@ -124,7 +124,7 @@ void let_go(const std::string& name, member_group& g) {
   // wait for its peers up to its timeout, and the actor system's shutdown
   // with it (member_store.hpp). The abort ends its store waits.
   if (in_flight || g.state == "forming")
-    g.grp->abort("member of group '" + name + "' terminated");
+    group::abort_off_thread(g.grp, "member of group '" + name + "' terminated");
   group::release_on_lane(std::move(g.grp));
 }
 
@@ -292,7 +292,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   auto join = [self, st, node](membership m) {
     auto& g = st->groups[m.group];
     if (g.grp) {
-      g.grp->abort("membership replaced by a new join");
+      group::abort_off_thread(g.grp, "membership replaced by a new join");
       group::release_on_lane(std::move(g.grp));
     }
     g = member_group{};
@@ -538,7 +538,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (!g) return;
       g->state = "broken";
       g->reason = why;
-      if (g->grp) g->grp->abort(render(why));
+      group::abort_off_thread(g->grp, render(why));
       // Ops whose start is still delayed never reach the lane: fail them.
       fail_all(*g, why);
     },
@@ -546,7 +546,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       auto i = st->groups.find(name);
       if (i == st->groups.end()) return;
       if (i->second.grp) {
-        i->second.grp->abort("group '" + name + "' was destroyed");
+        group::abort_off_thread(i->second.grp,
+                                "group '" + name + "' was destroyed");
         group::release_on_lane(std::move(i->second.grp));
       }
       fail_all(i->second,

@@ -183,10 +183,19 @@ class group : public std::enable_shared_from_this<group> {
 
   /// Fails the running and every queued operation at once with
   /// errc::aborted and breaks the group. The backend stops using their
-  /// buffers first (Gloo: its connections are closed). Safe from any thread
-  /// (the actor layer calls it when a peer dies). A group still forming
-  /// stops waiting for its peers within about 100 ms (docs/api.md).
+  /// buffers first: Gloo fails its connections, which wakes the lane
+  /// waiting in Gloo and tells the peers (peer_lost), and waits for its
+  /// network thread to let go of them (up to about 10 ms per peer). Safe
+  /// from any thread that may block that long; see abort_off_thread. A
+  /// group still forming stops waiting for its peers within about 100 ms
+  /// (docs/api.md).
   void abort(std::string why);
+
+  /// Runs `g->abort(why)` on a thread of the process kept for aborts and
+  /// returns at once: for callers that must not block, such as actors'
+  /// handlers on CAF's scheduler threads (the actor layer aborts a group
+  /// this way when a peer dies or the group is destroyed).
+  static void abort_off_thread(std::shared_ptr<group> g, std::string why);
 
   /// Blocks until every operation submitted so far has finished.
   void drain();

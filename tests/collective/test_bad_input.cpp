@@ -657,6 +657,52 @@ TEST_CASE("abort fails the running and queued operations at once") {
   CHECK(elapsed < 10s); // well before the 15 s op timeout
 }
 
+// Gloo's own wait for a message ends only at the op's deadline; an abort
+// must not wait for it. Both ranks wait in a recv from the other (60 s
+// timeout): rank 0's abort ends its own recv with `aborted` and, since the
+// connection closes, rank 1's recv with `peer_lost` naming rank 0. Both
+// lanes are out of Gloo long before the deadline: each rank's destroy,
+// which waits for its lane, returns well within it. Rank 0 aborts through
+// abort_off_thread, as the actor layer does.
+TEST_CASE("gloo: an abort ends the op waiting in Gloo at once and the peer "
+          "waiting on the aborted rank loses it") {
+  const std::string g = "gloo-abort-wakes";
+  auto store = col::make_in_process_store();
+  std::latch both_waiting{2};
+  clock_type::duration elapsed[2]{};
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", g,
+                               test::group_options(store, 60s));
+    auto x = col::tensor::from_vector(std::vector<int64_t>(10));
+    auto start = clock_type::now();
+    auto waiting = col::recv_async(x, 1 - rank, g);
+    both_waiting.arrive_and_wait();
+    if (rank == 0) { // as an actor's handler aborts: without blocking
+      std::this_thread::sleep_for(200ms);
+      col::group::abort_off_thread(col::get_group(g), "test abort");
+    }
+    auto err = waiting.wait();
+    // Destroying waits for the lane: it must be out of Gloo already.
+    col::destroy_collective_group(g);
+    elapsed[rank] = clock_type::now() - start;
+    if (rank == 0) {
+      log.expect(col::code_of(err) == col::errc::aborted,
+                 "the aborted rank's recv: " + col::render(err));
+      log.expect(col::render(err).find("test abort") != std::string::npos,
+                 "the aborted rank's error does not say why: " +
+                   col::render(err));
+    } else {
+      log.expect(col::code_of(err) == col::errc::peer_lost,
+                 "the peer's recv: " + col::render(err));
+      log.expect(col::render(err).find("rank 0") != std::string::npos,
+                 "the peer's error does not name rank 0: " + col::render(err));
+    }
+  });
+  test::check_ranks(results);
+  CHECK(elapsed[0] < 30s);
+  CHECK(elapsed[1] < 30s);
+}
+
 TEST_CASE("destroying a group finishes its queued operations first") {
   const std::string g = "drain";
   auto store = col::make_in_process_store();

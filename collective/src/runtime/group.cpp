@@ -57,9 +57,30 @@ void group::release_on_lane(std::shared_ptr<group> g) {
   target->post([keep = std::move(g)]() mutable { keep.reset(); });
 }
 
+namespace {
+
+// The thread abort_off_thread runs on. Started with the first group, so
+// that a process that counts its threads after a first group sees it from
+// then on; never destroyed, since aborts may come until the process exits.
+detail::lane& abort_lane() {
+  static auto* aborts =
+    new detail::lane("aborts", std::chrono::microseconds{0});
+  return *aborts;
+}
+
+} // namespace
+
+void group::abort_off_thread(std::shared_ptr<group> g, std::string why) {
+  if (!g) return;
+  abort_lane().post([g = std::move(g), why = std::move(why)]() mutable {
+    g->abort(std::move(why));
+  });
+}
+
 caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
                                                   work* formed) {
   if (auto err = detail::validate_config(cfg)) return err;
+  abort_lane();
   std::shared_ptr<group> self{new group(std::move(cfg))};
   auto state = std::make_shared<detail::work_state>(0);
   self->lane_->post([self, state] {

@@ -96,18 +96,36 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
   return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
 }
 
+caf::error gloo_backend::aborted_error(op_kind op, const op_call& call) {
+  std::lock_guard<std::mutex> guard{abort_mtx_};
+  return make_error(errc::aborted, context(op, call),
+                    "backend aborted: " + abort_reason_);
+}
+
 void gloo_backend::abort(std::string_view why) {
   {
     std::lock_guard<std::mutex> guard{abort_mtx_};
     if (abort_reason_.empty()) abort_reason_ = std::string{why};
   }
   if (aborted_.exchange(true)) return;
-  // Closing the connections stops Gloo's network thread from touching any
-  // buffer of a running operation, so the group can fail it at once. The
-  // lane thread blocked in Gloo returns at the operation's deadline.
-  for (int peer = 0; peer < world_size_; ++peer)
-    if (peer != rank_)
-      if (auto& pair = context_->getPair(peer)) pair->close();
+  if (world_size_ > 1) fail_connections();
+}
+
+void gloo_backend::fail_connections() noexcept {
+  // Gloo fails every connection of a context when a wait of the
+  // application times out: the failed connections wake every thread waiting
+  // in Gloo at once, their sockets close (so peers waiting on this rank
+  // fail with peer_lost now, not at their deadline) and Gloo's network
+  // thread has let go of them (it touches no buffer of a running operation
+  // afterwards). Its public interface offers no other way to fail a
+  // context, so a receive that nobody sends to waits 0 ms here.
+  std::byte unused{};
+  try {
+    auto probe = context_->createUnboundBuffer(&unused, sizeof(unused));
+    probe->waitRecv(nullptr, std::chrono::milliseconds{0});
+  } catch (const std::exception&) {
+    // The timeout we asked for.
+  }
 }
 
 void gloo_backend::warm_up(size_t bytes) {

@@ -103,8 +103,9 @@ class gloo_backend : public backend {
 
   void abort(std::string_view why) override;
 
-  /// Runs `fn`, turning Gloo's exceptions into errors: timeouts become
-  /// errc::timeout, everything else errc::backend_error.
+  /// Runs `fn`, turning Gloo's exceptions into errors: after an abort
+  /// errc::aborted, else timeouts errc::timeout, lost connections
+  /// errc::peer_lost, everything else errc::backend_error.
   template<class Fn>
   caf::error guarded(op_kind op, const op_call& call, Fn&& fn) noexcept;
 
@@ -122,6 +123,12 @@ class gloo_backend : public backend {
  private:
   caf::error translate(op_kind op, const op_call& call,
                        const std::exception& ex) const;
+
+  /// Fails every connection of the context (abort).
+  void fail_connections() noexcept;
+
+  /// `aborted`, naming the op and the abort's reason.
+  caf::error aborted_error(op_kind op, const op_call& call);
 
   /// Reduces `in` into `out` (which holds `carrier` elements) in place,
   /// with the algorithm options pick.
@@ -187,15 +194,13 @@ inline uint32_t tag_of(uint64_t seq, uint64_t key) noexcept {
 template<class Fn>
 caf::error gloo_backend::guarded(op_kind op, const op_call& call,
                                  Fn&& fn) noexcept {
-  if (aborted_.load()) {
-    std::lock_guard<std::mutex> guard{abort_mtx_};
-    return make_error(errc::aborted, context(op, call),
-                      "backend aborted: " + abort_reason_);
-  }
+  if (aborted_.load()) return aborted_error(op, call);
   try {
     fn();
     return {};
   } catch (const std::exception& ex) {
+    // An abort fails Gloo's connections: what Gloo then throws is its echo.
+    if (aborted_.load()) return aborted_error(op, call);
     return translate(op, call, ex);
   } catch (...) {
     return make_error(errc::backend_error, context(op, call),
