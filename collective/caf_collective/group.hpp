@@ -181,14 +181,16 @@ class group : public std::enable_shared_from_this<group> {
                                                  alltoallv_options opts);
   caf::expected<persistent_op> prepare_barrier(barrier_options opts = {});
 
-  /// Fails the running and every queued operation at once with
-  /// errc::aborted and breaks the group. The backend stops using their
-  /// buffers first: Gloo fails its connections, which wakes the lane
-  /// waiting in Gloo and tells the peers (peer_lost), and waits for its
-  /// network thread to let go of them (up to about 10 ms per peer). Safe
-  /// from any thread that may block that long; see abort_off_thread. A
-  /// group still forming stops waiting for its peers within about 100 ms
-  /// (docs/api.md).
+  /// Breaks the group and fails every queued operation at once with
+  /// errc::aborted. The running one ends as soon as its backend call
+  /// returns, which the abort makes happen at once (Gloo fails its
+  /// connections, which wakes the lane waiting in Gloo and tells the peers,
+  /// peer_lost; shm wakes its waiters): its handle completes only then, so
+  /// that nothing uses the op's buffers any more once it did. Gloo's abort
+  /// waits for its network thread to let go of the connections (up to
+  /// about 10 ms per peer): safe from any thread that may block that long;
+  /// see abort_off_thread. A group still forming stops waiting for its
+  /// peers within about 100 ms (docs/api.md).
   void abort(std::string why);
 
   /// Runs `g->abort(why)` on a thread of the process kept for aborts and

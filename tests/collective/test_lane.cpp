@@ -1,5 +1,6 @@
 // A group's lane (collective/src/runtime/lane.hpp): the thread that runs a
-// group's ops in order, and the claim that lets a caller run one itself.
+// group's ops in order, and the claim that lets a caller run one itself;
+// and the rule of an op's work state on who may end it.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -11,7 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include <caf/sec.hpp>
+
 #include "runtime/lane.hpp"
+#include "runtime/work_state.hpp"
 
 using namespace std::chrono_literals;
 using caf_collective::detail::lane;
@@ -200,4 +204,34 @@ TEST_CASE("the default poll window comes from CAF_COLLECTIVE_LANE_POLL_US") {
   auto want = expected ? std::chrono::microseconds{std::atoll(expected)}
                        : std::chrono::microseconds{100};
   CHECK(lane::default_poll_window() == want);
+}
+
+// -- work states: who may end an op ------------------------------------------
+// An abort ends the ops that have not started; a running op ends only when
+// the thread that runs it says so, since until then its buffers are in use
+// (group::abort, docs/api.md).
+
+TEST_CASE("an op that an abort ended before it started never starts") {
+  caf_collective::detail::work_state state{7};
+  CHECK(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
+  CHECK(state.done());
+  CHECK_FALSE(state.start());
+}
+
+TEST_CASE("an abort leaves a running op to the thread that runs it") {
+  caf_collective::detail::work_state state{7};
+  REQUIRE(state.start());
+  CHECK_FALSE(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
+  CHECK_FALSE(state.done());
+  state.complete({});
+  CHECK(state.done());
+}
+
+TEST_CASE("an op handed back to its lane unstarted can be ended by an "
+          "abort again") {
+  caf_collective::detail::work_state state{7};
+  REQUIRE(state.start());
+  state.unstart();
+  CHECK(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
+  CHECK_FALSE(state.start());
 }

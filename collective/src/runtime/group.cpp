@@ -175,8 +175,9 @@ void group::abort(std::string why) {
   where.world_size = cfg_.world_size;
   break_with(make_error(errc::aborted, where, "group aborted: " + why));
   {
-    // The backend stops touching the operations' buffers before we tell
-    // their owners that the operations are over.
+    // The backend ends its running ops: they return from the backend soon
+    // (Gloo's failed connections and shm's abort mark wake their waits),
+    // and their lanes report them.
     std::lock_guard<std::mutex> guard{backend_mtx_};
     if (backend_) backend_->abort(why);
   }
@@ -185,15 +186,18 @@ void group::abort(std::string why) {
     std::lock_guard<std::mutex> guard{submit_mtx_};
     pending.swap(pending_);
   }
-  // Each pending op fails naming itself, and its history record says so.
+  // Each op that has not started fails now, naming itself, and its history
+  // record says so. A running op is not reported here: its handle
+  // completes when the backend returned, when nothing touches its buffers
+  // any more (the owner may free them as soon as the handle completes).
   for (auto& entry : pending) {
     auto state = entry.state.lock();
     if (!state || state->done()) continue;
     auto err = make_error(errc::aborted,
                           context(entry.op, static_cast<int64_t>(state->seq())),
                           "group aborted: " + why);
-    note_finished(state->seq(), entry.p2p, err);
-    state->complete(std::move(err));
+    auto seq = state->seq();
+    if (state->end_unstarted(err)) note_finished(seq, entry.p2p, err);
   }
 }
 
@@ -263,6 +267,7 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
 template<class Fn>
 void group::run_task(const std::shared_ptr<detail::work_state>& state,
                      op_kind op, bool p2p, Fn& body, bool started) {
+  if (!state->start()) return; // an abort ended it before it started
   auto err = run_body(op, state->seq(), p2p, body, started);
   detail::lane::complete_when_idle(state, std::move(err));
 }
@@ -378,6 +383,10 @@ bool group::start_without_blocking(
   if (!formed_.ready() ||
       refusal(op, static_cast<int64_t>(seq), body.dev, body.type))
     return false;
+  if (!state->start()) { // an abort ended it already
+    target.release();
+    return true;
+  }
   note_started(seq, p2p);
   // Lets go of the lane before telling the owner: its next op, submitted
   // from the completion callback, then starts on its own thread too.
@@ -388,7 +397,9 @@ bool group::start_without_blocking(
     lane->release();
     state->complete(std::move(err));
   };
-  return body.start(*backend_, call_of(seq, body.timeout), done);
+  if (body.start(*backend_, call_of(seq, body.timeout), done)) return true;
+  state->unstart(); // the lane task runs it
+  return false;
 }
 
 work group::send(const tensor_view& in, send_options opts) {

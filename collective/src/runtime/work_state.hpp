@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -23,9 +24,38 @@ class work_state {
   /// Sets the result (first call wins), wakes waiters, runs callbacks.
   void complete(caf::error err);
 
+  /// Claims a queued op for running, before anything touches its buffers:
+  /// false if an abort ended it first (it must not run at all).
+  bool start() noexcept {
+    auto expected = phase::queued;
+    return phase_.compare_exchange_strong(expected, phase::running,
+                                          std::memory_order_acq_rel);
+  }
+
+  /// Undoes start() for an op handed back to its lane unstarted.
+  void unstart() noexcept {
+    phase_.store(phase::queued, std::memory_order_release);
+  }
+
+  /// Ends the op with `err` if it has not started, and says whether it did.
+  /// An abort ends queued ops at once; a running one ends when its backend
+  /// call returns, since until then the backend may still use its buffers
+  /// (whoever waits on the handle may free them once it completes).
+  bool end_unstarted(caf::error err) {
+    auto expected = phase::queued;
+    if (!phase_.compare_exchange_strong(expected, phase::ended_unstarted,
+                                        std::memory_order_acq_rel))
+      return false;
+    complete(std::move(err));
+    return true;
+  }
+
  private:
   friend class caf_collective::work;
 
+  enum class phase : uint8_t { queued, running, ended_unstarted };
+
+  std::atomic<phase> phase_{phase::queued};
   const uint64_t seq_;
   std::mutex mtx_;
   std::condition_variable cv_;
