@@ -383,14 +383,12 @@ TEST_CASE("a persistent op whose peer calls something else fails on both "
   CHECK(expected_codes.load() >= (shm ? 2 : 1));
 }
 
-TEST_CASE("aborting the group ends a persistent op that waits for a peer "
-          "(shm: its run, Gloo: its started handle), and the broken group "
-          "refuses the next run") {
+TEST_CASE("aborting the group ends a persistent op's blocking run that "
+          "waits for a peer and the broken group refuses the next run") {
   // Rank 1 joins but never runs the op; another thread aborts rank 0's
-  // group while its op waits. shm wakes a blocking run at once. Gloo cannot
-  // interrupt a collective it runs: a blocking run returns at its deadline
-  // (docs/api.md), but the handle of a started one completes at once.
-  bool shm = std::string_view{test::backend_under_test} == "shm";
+  // group while its op waits on rank 0's own thread. Both backends wake it
+  // at once: shm's abort wakes its waiters, Gloo's fails its connections
+  // (before 2026-11-27 a Gloo run returned only at its deadline).
   std::latch rank0_done{1};
   test::run_group(
     2, "persistent-abort",
@@ -412,7 +410,7 @@ TEST_CASE("aborting the group ends a persistent op that waits for a peer "
         g->abort("test stops the run");
       }};
       auto started = std::chrono::steady_clock::now();
-      auto err = shm ? op->run() : op->start().wait();
+      auto err = op->run();
       auto took = std::chrono::steady_clock::now() - started;
       aborter.join();
       test::expect_error_of(log, "aborted op", err, col::errc::aborted,
