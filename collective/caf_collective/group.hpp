@@ -193,7 +193,8 @@ class group : public std::enable_shared_from_this<group> {
   /// peers within about 100 ms (docs/api.md).
   void abort(std::string why);
 
-  /// Runs `g->abort(why)` on a thread of the process kept for aborts and
+  /// Runs `g->abort(why)` on a thread the process keeps for aborts (started
+  /// by the first call) and
   /// returns at once: for callers that must not block, such as actors'
   /// handlers on CAF's scheduler threads (the actor layer aborts a group
   /// this way when a peer dies or the group is destroyed).

@@ -213,18 +213,17 @@ TEST_CASE("the default poll window comes from CAF_COLLECTIVE_LANE_POLL_US") {
 
 TEST_CASE("an op that an abort ended before it started never starts") {
   caf_collective::detail::work_state state{7};
-  CHECK(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
-  CHECK(state.done());
+  REQUIRE(state.claim_unstarted());
+  state.complete(caf::make_error(caf::sec::runtime_error));
   CHECK_FALSE(state.start());
 }
 
 TEST_CASE("an abort leaves a running op to the thread that runs it") {
   caf_collective::detail::work_state state{7};
   REQUIRE(state.start());
-  CHECK_FALSE(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
+  CHECK_FALSE(state.claim_unstarted());
   CHECK_FALSE(state.done());
-  state.complete({});
-  CHECK(state.done());
+  CHECK_FALSE(state.start()); // nor can it be claimed for running twice
 }
 
 TEST_CASE("an op handed back to its lane unstarted can be ended by an "
@@ -232,6 +231,6 @@ TEST_CASE("an op handed back to its lane unstarted can be ended by an "
   caf_collective::detail::work_state state{7};
   REQUIRE(state.start());
   state.unstart();
-  CHECK(state.end_unstarted(caf::make_error(caf::sec::runtime_error)));
+  CHECK(state.claim_unstarted());
   CHECK_FALSE(state.start());
 }

@@ -114,7 +114,8 @@ TEST_CASE("a group aborted during an op and destroyed gives back what it "
       std::latch done{2};
       auto results = test::run_threads(2, [&](int rank, rank_log& log) {
         // Both backends end an aborted op at once, long before this
-        // deadline: a lane left waiting for it would count as a thread kept.
+        // deadline (a lane that waited for it would hold each cycle's
+        // destroy 10 s; test_bad_input.cpp checks the wake itself).
         col::init_collective_group(2, rank, backend, name,
                                    test::group_options(store, 10s));
         if (rank == 0) { // rank 1 never calls: the op waits until the abort

@@ -59,9 +59,8 @@ void group::release_on_lane(std::shared_ptr<group> g) {
 
 namespace {
 
-// The thread abort_off_thread runs on. Started with the first group, so
-// that a process that counts its threads after a first group sees it from
-// then on; never destroyed, since aborts may come until the process exits.
+// The thread abort_off_thread runs on, started by its first call; never
+// destroyed, since aborts may come until the process exits.
 detail::lane& abort_lane() {
   static auto* aborts =
     new detail::lane("aborts", std::chrono::microseconds{0});
@@ -80,7 +79,6 @@ void group::abort_off_thread(std::shared_ptr<group> g, std::string why) {
 caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
                                                   work* formed) {
   if (auto err = detail::validate_config(cfg)) return err;
-  abort_lane();
   std::shared_ptr<group> self{new group(std::move(cfg))};
   auto state = std::make_shared<detail::work_state>(0);
   self->lane_->post([self, state] {
@@ -192,12 +190,13 @@ void group::abort(std::string why) {
   // any more (the owner may free them as soon as the handle completes).
   for (auto& entry : pending) {
     auto state = entry.state.lock();
-    if (!state || state->done()) continue;
+    if (!state || !state->claim_unstarted()) continue;
     auto err = make_error(errc::aborted,
                           context(entry.op, static_cast<int64_t>(state->seq())),
                           "group aborted: " + why);
-    auto seq = state->seq();
-    if (state->end_unstarted(err)) note_finished(seq, entry.p2p, err);
+    // The history first: whoever wakes on the handle may read it.
+    note_finished(state->seq(), entry.p2p, err);
+    state->complete(std::move(err));
   }
 }
 

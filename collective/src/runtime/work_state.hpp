@@ -37,17 +37,15 @@ class work_state {
     phase_.store(phase::queued, std::memory_order_release);
   }
 
-  /// Ends the op with `err` if it has not started, and says whether it did.
-  /// An abort ends queued ops at once; a running one ends when its backend
-  /// call returns, since until then the backend may still use its buffers
-  /// (whoever waits on the handle may free them once it completes).
-  bool end_unstarted(caf::error err) {
+  /// Claims an op that has not started for ending it (the caller then
+  /// completes it), or says that it runs or ran. An abort ends queued ops at
+  /// once; a running one ends when its backend call returns, since until
+  /// then the backend may still use its buffers (whoever waits on the handle
+  /// may free them once it completes).
+  bool claim_unstarted() noexcept {
     auto expected = phase::queued;
-    if (!phase_.compare_exchange_strong(expected, phase::ended_unstarted,
-                                        std::memory_order_acq_rel))
-      return false;
-    complete(std::move(err));
-    return true;
+    return phase_.compare_exchange_strong(expected, phase::ended_unstarted,
+                                          std::memory_order_acq_rel);
   }
 
  private:
