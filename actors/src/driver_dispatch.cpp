@@ -13,6 +13,7 @@
 #include "caf_collective/error.hpp"
 
 #include "driver_failure.hpp"
+#include "driver_release.hpp"
 #include "driver_validation.hpp"
 #include "op_plan.hpp"
 
@@ -22,12 +23,21 @@ namespace {
 
 // A rank's report on its start: its output ref or its error. The last
 // report answers the client at once.
+// A report that comes after its op was answered (failed, timed out, its
+// group broken or destroyed) carries an output nobody will receive: it is
+// dropped (`has_output`: the op is not in place, so `out` is new).
 void report(driver_ptr self, const std::string& name, uint64_t gen,
-            uint64_t seq, size_t rank, object_ref* out, caf::error* err) {
+            uint64_t seq, size_t rank, bool has_output, object_ref* out,
+            caf::error* err) {
+  auto late = [&] {
+    if (out && has_output)
+      discard_output(self->state,
+                     caf::actor_cast<caf::actor>(self->current_sender()), *out);
+  };
   auto g = find_group(self, name, gen);
-  if (!g) return;
+  if (!g) return late();
   auto j = g->running.find(seq);
-  if (j == g->running.end() || j->second.replied[rank]) return;
+  if (j == g->running.end() || j->second.replied[rank]) return late();
   auto& op = j->second;
   op.replied[rank] = true;
   if (out)
@@ -60,6 +70,7 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   op.deadline = self->clock().now() + timeout + self->state.grace;
   const auto& name = g.name;
   auto gen = g.gen;
+  bool has_output = !in_place(op.req.op);
   for (size_t r = 0; r < W; ++r) {
     if (!op.takes_part[r]) continue;
     auto& s = op.starts[r];
@@ -70,11 +81,11 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
     // is reported by its down message.
     self->request(g.members[r], caf::infinite, start_atom::value, std::move(s))
       .then(
-        [self, name, gen, seq, r](object_ref& out) {
-          report(self, name, gen, seq, r, &out, nullptr);
+        [self, name, gen, seq, r, has_output](object_ref& out) {
+          report(self, name, gen, seq, r, has_output, &out, nullptr);
         },
-        [self, name, gen, seq, r](caf::error& err) {
-          report(self, name, gen, seq, r, nullptr, &err);
+        [self, name, gen, seq, r, has_output](caf::error& err) {
+          report(self, name, gen, seq, r, has_output, nullptr, &err);
         });
   }
   op.starts.clear(); // moved into the start messages
@@ -230,6 +241,7 @@ void answer(driver_ptr self, group_entry& g, uint64_t seq) {
     group_error(code, g, op.req.op, static_cast<int64_t>(seq), -1,
                 "failed on ranks " + list_ranks(failed.ranks) + failed.details);
   op.rp.deliver(err);
+  discard_outputs(self->state, g, op);
   // The ranks may have diverged mid-op: nothing later can run safely.
   if (g.state == group_state::ready) break_group(self, g, err, false);
 }

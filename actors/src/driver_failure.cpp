@@ -13,6 +13,7 @@
 #include "caf_collective/log.hpp"
 
 #include "driver_dispatch.hpp"
+#include "driver_release.hpp"
 
 namespace caf_collective::detail {
 
@@ -59,7 +60,7 @@ std::vector<int> lost_ranks(const group_entry& g, const caf::down_msg& dm) {
 
 } // namespace
 
-void fail_all(group_entry& g, const caf::error& err,
+void fail_all(const driver_state& st, group_entry& g, const caf::error& err,
               const op_error_fn& for_op) {
   auto error_of = [&](const pending_op& op, int64_t seq) {
     return for_op ? for_op(op, seq) : err;
@@ -71,8 +72,10 @@ void fail_all(group_entry& g, const caf::error& err,
     op.rp.deliver(error_of(op, -1));
   g.queue.clear();
   g.checking = false;
-  for (auto& [seq, op] : g.running)
+  for (auto& [seq, op] : g.running) {
     op.rp.deliver(error_of(op, static_cast<int64_t>(seq)));
+    discard_outputs(st, g, op);
+  }
   g.running.clear();
 }
 
@@ -102,7 +105,8 @@ void fail_all_at_exit(driver_state& st, const caf::error& reason) {
                                           "its members may have run it, but "
                                           "its result is lost"));
     };
-    fail_all(g, group_error(errc::aborted, g, why + "before the group formed"),
+    fail_all(st, g,
+             group_error(errc::aborted, g, why + "before the group formed"),
              op_error);
   }
 }
@@ -116,7 +120,7 @@ void break_group(driver_ptr self, group_entry& g, caf::error reason,
   g.reason = reason;
   for (auto& m : g.members)
     if (m) self->send(m, abort_atom::value, g.name, g.gen, reason);
-  fail_all(g, reason, for_op);
+  fail_all(self->state, g, reason, for_op);
 }
 
 caf::error destroy_group(driver_ptr self, const std::string& name) {
@@ -127,7 +131,7 @@ caf::error destroy_group(driver_ptr self, const std::string& name) {
   auto& g = i->second;
   for (auto& m : g.members)
     if (m) self->send(m, leave_atom::value, name);
-  fail_all(g, group_error(errc::aborted, g, "group destroyed"));
+  fail_all(self->state, g, group_error(errc::aborted, g, "group destroyed"));
   self->state.groups.erase(i);
   return {};
 }
@@ -190,6 +194,7 @@ void on_op_deadline(driver_ptr self, const std::string& name, uint64_t gen) {
                          "deadline passed; ranks " + list_ranks(unfinished) +
                            " had not finished" + failed.details);
   j->second.rp.deliver(err);
+  discard_outputs(self->state, g, j->second);
   g.running.erase(j);
   log_histories(self, g, seq, render(err));
   break_group(self, g, err, false);

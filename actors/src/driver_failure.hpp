@@ -19,8 +19,9 @@ namespace caf_collective::detail {
 using op_error_fn = std::function<caf::error(const pending_op&, int64_t)>;
 
 /// Answers every waiting client and queued or running op with `err`, or
-/// with what `for_op` makes of it.
-void fail_all(group_entry& g, const caf::error& err,
+/// with what `for_op` makes of it. Outputs the running ops collected are
+/// dropped (discard_outputs): their clients never see those refs.
+void fail_all(const driver_state& st, group_entry& g, const caf::error& err,
               const op_error_fn& for_op = {});
 
 /// The group cannot run ops any more: members abort their lanes, every

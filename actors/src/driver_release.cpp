@@ -5,6 +5,7 @@
 #include "caf_collective/error.hpp"
 #include "caf_collective/interfaces.hpp"
 
+#include "op_plan.hpp"
 #include "remote_relay.hpp"
 
 namespace caf_collective::detail {
@@ -40,6 +41,28 @@ caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
   return self->delegate(
     typed_member(relay_to(self->system(), self, std::move(member))),
     release_atom::value, ref);
+}
+
+void discard_output(const driver_state& st, const caf::actor& holder,
+                    const object_ref& ref) {
+  if (!ref.valid()) return;
+  if (ref.node == st.node) {
+    // Already gone (its member exited and released what it owned): fine.
+    static_cast<void>(st.local->release(ref));
+    return;
+  }
+  // Sent without a sender: the member's answer goes nowhere. A holder
+  // that died took its outputs with it (a member's exit releases what it
+  // owns).
+  if (holder) caf::anon_send(holder, release_atom::value, ref);
+}
+
+void discard_outputs(const driver_state& st, const group_entry& g,
+                     const pending_op& op) {
+  if (in_place(op.req.op)) return;
+  for (size_t r = 0; r < op.outs.size(); ++r)
+    discard_output(st, r < g.members.size() ? g.members[r] : caf::actor{},
+                   op.outs[r]);
 }
 
 } // namespace caf_collective::detail

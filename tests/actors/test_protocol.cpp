@@ -99,6 +99,11 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
     [=](col::leave_atom, const std::string& group) {
       sc->log.push_back("leave " + group);
     },
+    [=](col::release_atom,
+        const col::object_ref& ref) -> caf::result<caf::ok_atom> {
+      sc->log.push_back("release object " + std::to_string(ref.id));
+      return caf::ok_atom::value;
+    },
     [=](finish_atom, const std::string& group, uint64_t seq,
         col::object_ref& out) {
       auto key = std::make_pair(group, seq);
@@ -768,6 +773,141 @@ TEST_CASE("an op past its deadline fails with timeout naming the ranks that "
     CHECK(contains(sc->log.back(), "abort g: collective.timeout"));
   }
   CHECK(f.status("g").state == "broken");
+}
+
+// The refs each scripted member was told to release, in order.
+std::vector<std::string> releases(const script& sc) {
+  std::vector<std::string> result;
+  for (auto& line : sc.log)
+    if (contains(line, "release object")) result.push_back(line);
+  return result;
+}
+
+TEST_CASE("an op answered with an error releases the outputs of the ranks "
+          "that finished it - nobody else holds their refs") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto op = f.ask_op(
+    {"g", col::op_kind::allgather, {f.ref(1), f.ref(2), f.ref(3)}, {}});
+  f.run();
+  fixture::finish(*scripts[0], 0, "g", f.ref(30, {3, 4}));
+  fixture::fail(*scripts[1], 0,
+                col::make_error(col::errc::backend_error, "rank 1 failed"));
+  f.run();
+  CHECK(op->answers == 0);
+  fixture::finish(*scripts[2], 0, "g", f.ref(50, {3, 4}));
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::backend_error);
+  CHECK(releases(*scripts[0]) == std::vector<std::string>{"release object 30"});
+  CHECK(releases(*scripts[1]).empty());
+  CHECK(releases(*scripts[2]) == std::vector<std::string>{"release object 50"});
+}
+
+TEST_CASE("an in-place op answered with an error releases nothing - the "
+          "refs its ranks report are the client's inputs") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  auto op = f.started_allreduce();
+  fixture::finish(*scripts[0], 0); // answers with its input, ref 1
+  fixture::fail(*scripts[1], 0,
+                col::make_error(col::errc::backend_error, "rank 1 failed"));
+  fixture::finish(*scripts[2], 0);
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(op->err);
+  for (auto& sc : scripts)
+    CHECK(releases(*sc).empty());
+}
+
+TEST_CASE("an op past its deadline releases the outputs reported before it "
+          "- and a rank's output that comes after the answer") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  col::op_params p;
+  p.timeout_ms = 500;
+  auto slow =
+    f.ask_op({"g", col::op_kind::allgather, {f.ref(1), f.ref(2), f.ref(3)}, p});
+  f.run();
+  fixture::finish(*scripts[1], 0, "g", f.ref(31, {3, 4}));
+  f.run();
+  CHECK(releases(*scripts[1]).empty());
+  f.advance(500ms + grace);
+  REQUIRE(slow->answers == 1);
+  CHECK(col::code_of(slow->err) == col::errc::timeout);
+  CHECK(releases(*scripts[1]) == std::vector<std::string>{"release object 31"});
+  // Rank 0 finishes after the answer: its output is released at once.
+  fixture::finish(*scripts[0], 0, "g", f.ref(30, {3, 4}));
+  f.run();
+  CHECK(releases(*scripts[0]) == std::vector<std::string>{"release object 30"});
+  CHECK(slow->answers == 1);
+}
+
+TEST_CASE("a driver that exits mid-op releases the outputs its running op "
+          "collected - a destroyed group's late output too") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  std::vector<caf::actor> others;
+  auto other = f.formed_group(2, others, "h");
+  auto running =
+    f.ask_op({"g", col::op_kind::allgather, {f.ref(1), f.ref(2)}, {}});
+  auto destroyed_mid_op =
+    f.ask_op({"h", col::op_kind::allgather, {f.ref(3), f.ref(4)}, {}});
+  f.run();
+  fixture::finish(*scripts[0], 0, "g", f.ref(30, {2, 4}));
+  f.run();
+  // Group h is destroyed while its op runs; its rank 1 finishes after.
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"h"});
+  f.run();
+  REQUIRE(destroyed_mid_op->answers == 1);
+  CHECK(col::code_of(destroyed_mid_op->err) == col::errc::aborted);
+  fixture::finish(*other[1], 0, "h", f.ref(41, {2, 4}));
+  f.run();
+  CHECK(releases(*other[1]) == std::vector<std::string>{"release object 41"});
+  CHECK(releases(*scripts[0]).empty());
+  caf::anon_send_exit(f.driver, caf::exit_reason::user_shutdown);
+  f.run();
+  REQUIRE(running->answers == 1);
+  CHECK(col::code_of(running->err) == col::errc::aborted);
+  CHECK(releases(*scripts[0]) == std::vector<std::string>{"release object 30"});
+  CHECK(releases(*scripts[1]).empty());
+}
+
+TEST_CASE("outputs on the driver's own node are dropped from its store "
+          "when their op fails - the inputs stay") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors, "g", col::node_name(f.sys));
+  auto store = col::local_store(f.sys);
+  auto stored = [&](col::shape_type shape) {
+    auto t = col::tensor::empty(col::dtype::float32, std::move(shape));
+    REQUIRE(t);
+    auto ref = store->put(std::move(*t));
+    REQUIRE(ref);
+    return *ref;
+  };
+  std::vector<col::object_ref> inputs{stored({4}), stored({4})};
+  auto output = stored({2, 4}); // what rank 0's member made
+  auto op = f.ask_op({"g", col::op_kind::allgather, inputs, {}});
+  f.run();
+  fixture::finish(*scripts[0], 0, "g", output);
+  fixture::fail(*scripts[1], 0,
+                col::make_error(col::errc::backend_error, "rank 1 failed"));
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(op->err);
+  CHECK(!store->contains(output));
+  CHECK(store->contains(inputs[0]));
+  CHECK(store->contains(inputs[1]));
+  for (auto& sc : scripts)
+    CHECK(releases(*sc).empty()); // no message for a ref of its own node
+  for (auto& in : inputs)
+    store->release(in);
 }
 
 TEST_CASE("requests for unknown groups are refused at once") {
