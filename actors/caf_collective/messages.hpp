@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <caf/actor_addr.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
@@ -157,15 +159,33 @@ typename Inspector::result_type inspect(Inspector& f, op_params& x) {
 /// input; a ref may be empty where a rank has no input (barrier; scatter
 /// off the root; send/recv off the source).
 struct op_request {
+  op_request() = default;
+
+  // A constructor rather than an aggregate: `owner` is filled in by the
+  // library, and requests written as {group, op, refs, params} must not
+  // warn about it under -Wextra.
+  op_request(std::string group_name, op_kind kind,
+             std::vector<object_ref> inputs = {}, op_params options = {},
+             caf::actor_addr outputs_owner = {})
+    : group(std::move(group_name)), op(kind), refs(std::move(inputs)),
+      params(std::move(options)), owner(std::move(outputs_owner)) {
+    // nop
+  }
+
   std::string group;
   op_kind op = op_kind::barrier;
   std::vector<object_ref> refs;
   op_params params;
+  /// Who owns the op's outputs: when it terminates, they are released.
+  /// Empty: the actor that sent the request (a relay fills in the client
+  /// it forwards for).
+  caf::actor_addr owner;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, op_request& x) {
-  return f(caf::meta::type_name("op_request"), x.group, x.op, x.refs, x.params);
+  return f(caf::meta::type_name("op_request"), x.group, x.op, x.refs, x.params,
+           x.owner);
 }
 
 /// The answer to an op_request. In-place ops (allreduce, broadcast, reduce)
@@ -195,12 +215,15 @@ struct start_msg {
   bool has_out = false;
   dtype out_type = dtype::float32;
   shape_type out_shape;
+  /// The client owning the output (op_request::owner): the member releases
+  /// the output when that client terminates. Empty: the member owns it.
+  caf::actor_addr owner;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, start_msg& x) {
   return f(caf::meta::type_name("start_msg"), x.group, x.gen, x.seq, x.op, x.in,
-           x.params, x.has_out, x.out_type, x.out_shape);
+           x.params, x.has_out, x.out_type, x.out_shape, x.owner);
 }
 
 /// A group's state as the driver (or one member) sees it. `state` is one of

@@ -71,10 +71,14 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   const auto& name = g.name;
   auto gen = g.gen;
   bool has_output = !in_place(op.req.op);
+  // The client owns the outputs (released when it terminates).
+  auto owner = op.req.owner ? op.req.owner
+                            : caf::actor_cast<caf::actor_addr>(op.rp.source());
   for (size_t r = 0; r < W; ++r) {
     if (!op.takes_part[r]) continue;
     auto& s = op.starts[r];
     s.seq = seq;
+    if (has_output && s.has_out) s.owner = owner;
     if (s.params.timeout_ms <= 0) s.params.timeout_ms = g.timeout_ms;
     // No timeout on the request itself (each would be one more timer): the
     // group's deadline timer names the unfinished ranks, and a dead member

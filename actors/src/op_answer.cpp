@@ -30,7 +30,11 @@ void op_answer::complete(const caf::error& err, caf::execution_unit* ctx) {
     // Stored before the claim: a member that terminates after the claim
     // releases what it owns, this output included; one that withdrew
     // first left it to us.
-    auto ref = store_->put(std::move(*out), owner_.id());
+    auto ref =
+      store_->put(std::move(*out), out_owner ? out_owner->key : owner_.id());
+    // Its owner terminated before the put: nobody would release it. (The
+    // owner's release marks it gone first, so one of the two drops it.)
+    if (ref && out_owner && out_owner->gone.load()) store_->release(*ref);
     if (claim()) {
       // Moved, not copied: the ref was made under the store's lock.
       send(ref ? caf::make_message(std::move(*ref))

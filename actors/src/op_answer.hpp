@@ -27,6 +27,8 @@
 
 #include "caf_collective/object_store.hpp"
 
+#include "output_owners.hpp"
+
 namespace caf_collective::detail {
 
 class op_answer {
@@ -45,6 +47,8 @@ class op_answer {
   std::shared_ptr<tensor> out;
   /// The answer is the input's ref (allreduce, broadcast, reduce).
   bool in_place = false;
+  /// Who owns the output; null: the member (the `owner` of the ctor).
+  output_owner_ptr out_owner;
 
   /// Where the answer goes: the request the member is handling (call it
   /// before the op is launched).
@@ -52,8 +56,8 @@ class op_answer {
 
   /// The op's outcome, from the thread it finished on (`ctx`: the CAF
   /// worker's execution unit there, else nullptr). Stores the output
-  /// (owned by the member) and answers with its ref, the input's ref or
-  /// the error, unless the member answered first.
+  /// (owned by `out_owner`, else the member) and answers with its ref, the
+  /// input's ref or the error, unless the member answered first.
   void complete(const caf::error& err, caf::execution_unit* ctx);
 
   /// The member fails the op with `err`, unless the op answered first.

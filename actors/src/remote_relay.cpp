@@ -154,6 +154,9 @@ caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
   });
   return {
     [self, target](op_request& req) -> caf::result<op_result> {
+      // The client, not this relay (which quits when idle), owns outputs.
+      if (!req.owner)
+        req.owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
       auto lost = [group = req.group, op = req.op](const caf::error& why) {
         return gone_before_answer(error_context{group, op, -1, -1, -1}, why);
       };

@@ -222,6 +222,15 @@ struct fixture {
     return result;
   }
 
+  // Whether rank `rank`'s node still stores `ref` (reading it succeeds).
+  bool holds(int32_t rank, const col::object_ref& ref) {
+    bool result = false;
+    self->request(members[rank], 10s, node_test::read_atom::value, ref)
+      .receive([&](std::vector<float>&) { result = true; },
+               [&](caf::error&) { result = false; });
+    return result;
+  }
+
   std::vector<float> read(int32_t rank, const col::object_ref& ref) {
     std::vector<float> result;
     self->request(members[rank], 10s, node_test::read_atom::value, ref)
@@ -406,6 +415,41 @@ TEST_CASE("an actor's requests to a driver on another node reach it in the "
     CHECK(by_request[i] >= 0); // answered with a result
     if (i > 0) CHECK(by_request[i] == by_request[i - 1] + 1);
   }
+}
+
+TEST_CASE("an actor's outputs through a relay are the actor's: they outlive "
+          "the relay and are released on their node when the actor ends") {
+  fixture f;
+  auto far_driver = f.far_group("owned", 0);
+  std::vector<col::object_ref> xs{f.make(0, 8, 1.0f), f.make(1, 8, 2.0f)};
+  auto typed = col::typed_driver(far_driver);
+  auto answer = std::make_shared<std::promise<caf::expected<col::op_result>>>();
+  auto answered = answer->get_future();
+  // The client keeps running after its answer, until it is stopped.
+  auto client = f.sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    col::allgather(self, typed, "owned", xs)
+      .then([=](col::op_result& res) { answer->set_value(std::move(res)); },
+            [=](caf::error& err) { answer->set_value(std::move(err)); });
+    return {[](caf::ok_atom) {}};
+  });
+  REQUIRE(answered.wait_for(30s) == std::future_status::ready);
+  auto res = answered.get();
+  REQUIRE_MESSAGE(res, col::render(res.error()));
+  REQUIRE(res->refs.size() == 2);
+  // The relay quits once it has no request left; the outputs do not go
+  // with it.
+  std::this_thread::sleep_for(1s);
+  for (int32_t r = 0; r < 2; ++r)
+    CHECK(f.holds(r, res->refs[r]));
+  caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool held = true;
+  while (held && std::chrono::steady_clock::now() < deadline) {
+    held = f.holds(0, res->refs[0]) || f.holds(1, res->refs[1]);
+    if (held) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(!held);
+  CHECK(f.holds(0, xs[0])); // the inputs stay
 }
 
 TEST_CASE("clients of a driver on another node - blocking ones and actors - "

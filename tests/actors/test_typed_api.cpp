@@ -5,6 +5,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <future>
+#include <thread>
+
 #include <caf/all.hpp>
 
 #include <caf_collective/client.hpp>
@@ -349,4 +353,76 @@ TEST_CASE("objects of different sizes per rank move through the driver as "
   auto bad = col::read_objects<shard_plan>(*f.store, res->refs[0], short_sizes);
   REQUIRE(!bad);
   CHECK(col::code_of(bad.error()) == col::errc::invalid_argument);
+}
+
+namespace {
+
+// Waits up to 10 s for every ref to leave `store`.
+bool released_soon(const col::object_store& store,
+                   const std::vector<col::object_ref>& refs) {
+  for (int i = 0; i < 1000; ++i) {
+    if (std::none_of(refs.begin(), refs.end(),
+                     [&](const auto& ref) { return store.contains(ref); }))
+      return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("the client that asked for a driver op owns its outputs: they are "
+          "released when it terminates - a running client's stay") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "owned";
+  spec.world_size = 2;
+  spec.timeout = 10s;
+  auto members = f.group(self, spec);
+  auto inputs = f.put_each(2, 1.0f);
+  auto held = col::allgather(self, f.typed, "owned", inputs);
+  REQUIRE(held);
+  // A blocking client that ends.
+  std::vector<col::object_ref> brief_outputs;
+  {
+    caf::scoped_actor brief{f.sys};
+    auto res = col::allgather(brief, f.typed, "owned", inputs);
+    REQUIRE(res);
+    brief_outputs = res->refs;
+    for (auto& ref : brief_outputs)
+      CHECK(f.store->contains(ref));
+  }
+  CHECK(released_soon(*f.store, brief_outputs));
+  // An event-based client that quits once it has its answer.
+  std::promise<caf::expected<col::op_result>> answered;
+  f.sys.spawn([&](caf::event_based_actor* client) {
+    col::allgather(client, f.typed, "owned", inputs)
+      .then(
+        [&, client](col::op_result& res) {
+          answered.set_value(std::move(res));
+          client->quit();
+        },
+        [&, client](caf::error& err) {
+          answered.set_value(std::move(err));
+          client->quit();
+        });
+  });
+  auto actor_res = answered.get_future().get();
+  REQUIRE(actor_res);
+  auto actor_outputs = actor_res->refs;
+  REQUIRE(actor_outputs.size() == 2);
+  CHECK(released_soon(*f.store, actor_outputs));
+  // The client still running keeps its outputs and its inputs, even after
+  // the members that made them exit.
+  for (auto& m : members)
+    self->send_exit(m, caf::exit_reason::user_shutdown);
+  for (auto& m : members)
+    self->wait_for(m);
+  for (auto& ref : held->refs) {
+    CHECK(f.store->contains(ref));
+    CHECK(!col::release(self, f.typed, ref));
+  }
+  for (auto& ref : inputs)
+    CHECK(f.store->contains(ref));
 }
