@@ -529,6 +529,42 @@ TEST_CASE("an op past its deadline fails with timeout naming the unfinished "
   CHECK(contains(text(res.error()), "ranks [1] had not finished"));
 }
 
+TEST_CASE("a client that ends before its op ran leaves no output behind: "
+          "the members drop what they make for it") {
+  fixture f;
+  // Every rank starts each op 300 ms late: the client is gone by then.
+  for (int r = 0; r < 2; ++r)
+    f.member({ms("late", r, 2, 10000, 300)});
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "late", 15s));
+  std::vector<col::object_ref> inputs;
+  for (int r = 0; r < 2; ++r) {
+    auto ref = f.store->put(col::tensor::from_vector(
+      std::vector<float>{1.0f + static_cast<float>(r), 2.0f}));
+    REQUIRE(ref);
+    inputs.push_back(*ref);
+  }
+  auto baseline = f.store->objects();
+  auto typed = col::typed_driver(f.driver);
+  std::promise<void> asked;
+  f.sys.spawn([&](caf::event_based_actor* client) {
+    // The answer would go to an actor that no longer exists.
+    col::allgather(client, typed, "late", inputs);
+    asked.set_value();
+    client->quit();
+  });
+  asked.get_future().wait();
+  // A later op runs after it on every rank: once it is answered, the
+  // client's op has run too.
+  auto after = col::allgather(self, typed, "late", inputs);
+  REQUIRE_MESSAGE(after, text(after.error()));
+  CHECK(f.store->objects() == baseline + after->refs.size());
+  for (auto& ref : after->refs)
+    CHECK(f.store->contains(ref));
+  for (auto& ref : inputs)
+    CHECK(f.store->contains(ref));
+}
+
 TEST_CASE("gang formation times out naming the ranks that never "
           "registered") {
   fixture f;
