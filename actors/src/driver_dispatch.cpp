@@ -22,10 +22,10 @@ namespace caf_collective::detail {
 namespace {
 
 // A rank's report on its start: its output ref or its error. The last
-// report answers the client at once.
-// A report that comes after its op was answered (failed, timed out, its
-// group broken or destroyed) carries an output nobody will receive: it is
-// dropped (`has_output`: the op is not in place, so `out` is new).
+// report answers the client at once. A report that comes after its op was
+// answered (failed, timed out, its group broken or destroyed) carries an
+// output nobody will receive: it is dropped (`has_output`: the op is not in
+// place, so `out` is new).
 void report(driver_ptr self, const std::string& name, uint64_t gen,
             uint64_t seq, size_t rank, bool has_output, object_ref* out,
             caf::error* err) {

@@ -133,8 +133,6 @@ struct member_state {
   object_store_ptr store;
   caf::expected<collective_settings> settings{collective_settings{}};
   std::map<std::string, member_group> groups;
-  // The clients whose driver ops left outputs in `store`.
-  std::optional<detail::output_owners> clients;
 
   ~member_state() {
     for (auto& [name, g] : groups)
@@ -286,7 +284,6 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   auto st = std::make_shared<member_state>();
   st->driver = driver;
   st->store = local_store(self->system());
-  st->clients.emplace(st->store);
   // The collective.* settings (config_options.hpp) this node's groups form
   // with: the address Gloo binds to. A wrong setting fails each formation,
   // naming it.
@@ -504,7 +501,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.plan = detail::plan_of(msg, g->m.rank, g->m.world_size);
       answer.in_ref = std::move(msg.in);
       answer.in_place = detail::in_place(msg.op);
-      if (answer.out) answer.out_owner = st->clients->of(msg.owner);
+      if (answer.out)
+        answer.out_owner = detail::output_owner_of(st->store, msg.owner);
       op.type_hint = answer.in ? answer.in->type() : msg.out_type;
       answer.address_to(self->make_response_promise());
       enqueue(*g, msg.seq, std::move(op));

@@ -28,8 +28,8 @@ void op_answer::complete(const caf::error& err, caf::execution_unit* ctx) {
     if (claim()) send(caf::make_message(in_place ? in_ref : object_ref{}), ctx);
   } else {
     // Stored before the claim: a member that terminates after the claim
-    // releases what it owns, this output included; one that withdrew
-    // first left it to us.
+    // releases what it owns, this output included unless a client owns
+    // it; one that withdrew first left it to us.
     auto ref =
       store_->put(std::move(*out), out_owner ? out_owner->key : owner_.id());
     // Its owner terminated before the put: nobody would release it. (The

@@ -1,5 +1,9 @@
 #include "output_owners.hpp"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include <caf/abstract_actor.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_control_block.hpp>
@@ -15,30 +19,56 @@ uint64_t next_key() {
   return (uint64_t{1} << 63) | count.fetch_add(1, std::memory_order_relaxed);
 }
 
-} // namespace
+// The watched clients of every store in this process. A store stays alive
+// while a watch on one of its clients is pending (the watch holds it), so
+// its address names it until that client is gone.
+class registry {
+ public:
+  static registry& instance() {
+    // Never destroyed: clients may terminate during static destruction.
+    static auto* self = new registry;
+    return *self;
+  }
 
-output_owner_ptr output_owners::of(const caf::actor_addr& client) {
-  if (!client) return nullptr;
-  auto i = clients_.find(client);
-  if (i != clients_.end()) return i->second;
-  auto owner = std::make_shared<output_owner>(next_key());
-  auto hdl = caf::actor_cast<caf::strong_actor_ptr>(client);
-  if (!hdl) {
-    owner->gone = true; // destroyed already: nothing to watch
+  output_owner_ptr of(const object_store_ptr& store,
+                      const caf::actor_addr& client) {
+    std::unique_lock<std::mutex> guard{mtx_};
+    auto key = std::make_pair(store.get(), client);
+    auto i = owners_.find(key);
+    if (i != owners_.end()) return i->second;
+    auto owner = std::make_shared<output_owner>(next_key());
+    auto hdl = caf::actor_cast<caf::strong_actor_ptr>(client);
+    if (!hdl) {
+      owner->gone = true; // destroyed already: nothing to watch
+      return owner;
+    }
+    // Records of clients that ended go when a new client comes: the map
+    // holds the live clients and at most the ones gone since.
+    std::erase_if(owners_, [](const auto& entry) {
+      return entry.second->gone.load(std::memory_order_relaxed);
+    });
+    owners_.emplace(std::move(key), owner);
+    guard.unlock();
+    // Runs at once, on this thread, if the client terminated already.
+    hdl->get()->attach_functor([owner, store](const caf::error&) {
+      owner->gone.store(true);
+      store->release_owned_by(owner->key);
+    });
     return owner;
   }
-  // Records of clients that ended go when a new client comes: the map
-  // holds the live clients and at most the ones gone since.
-  std::erase_if(clients_, [](const auto& entry) {
-    return entry.second->gone.load(std::memory_order_relaxed);
-  });
-  // Runs at once if the client terminated already.
-  hdl->get()->attach_functor([owner, store = store_](const caf::error&) {
-    owner->gone.store(true);
-    store->release_owned_by(owner->key);
-  });
-  clients_.emplace(client, owner);
-  return owner;
+
+ private:
+  std::mutex mtx_;
+  std::map<std::pair<const object_store*, caf::actor_addr>, output_owner_ptr>
+    owners_;
+};
+
+} // namespace
+
+output_owner_ptr output_owner_of(const object_store_ptr& store,
+                                 const caf::actor_addr& client) {
+  if (!client) return nullptr;
+  return registry::instance().of(store, client);
 }
 
 } // namespace caf_collective::detail

@@ -413,12 +413,23 @@ TEST_CASE("the client that asked for a driver op owns its outputs: they are "
   auto actor_outputs = actor_res->refs;
   REQUIRE(actor_outputs.size() == 2);
   CHECK(released_soon(*f.store, actor_outputs));
-  // The client still running keeps its outputs and its inputs, even after
-  // the members that made them exit.
-  for (auto& m : members)
-    self->send_exit(m, caf::exit_reason::user_shutdown);
-  for (auto& m : members)
-    self->wait_for(m);
+  // Outputs outlive the members that made them, and still go with their
+  // client when it ends after those members.
+  std::vector<col::object_ref> kept;
+  {
+    caf::scoped_actor keeper{f.sys};
+    auto res = col::allgather(keeper, f.typed, "owned", inputs);
+    REQUIRE(res);
+    kept = res->refs;
+    for (auto& m : members)
+      self->send_exit(m, caf::exit_reason::user_shutdown);
+    for (auto& m : members)
+      self->wait_for(m);
+    for (auto& ref : kept)
+      CHECK(f.store->contains(ref));
+  }
+  CHECK(released_soon(*f.store, kept));
+  // The client still running keeps its outputs and its inputs.
   for (auto& ref : held->refs) {
     CHECK(f.store->contains(ref));
     CHECK(!col::release(self, f.typed, ref));
