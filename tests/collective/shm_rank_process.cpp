@@ -156,6 +156,13 @@ int main(int argc, char** argv) {
       for (;;)
         std::this_thread::sleep_for(std::chrono::seconds{1});
     }
+    if (mode == "arriver") {
+      // Reaches the allreduce's first step and waits there to be killed.
+      col::barrier(g);
+      std::vector<float> x(1000, 1.0f);
+      col::allreduce(col::view_of(x), g);
+      return 1; // the test kills this rank before its peers could finish
+    }
     if (mode == "survivor" && argc == 8) {
       std::string expected = argv[6];
       col::barrier(g);

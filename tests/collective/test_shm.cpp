@@ -102,6 +102,26 @@ TEST_CASE("shm: a survivor that gave up and left is not blamed: a rank "
   CHECK(test::shm_leftovers(group).empty());
 }
 
+TEST_CASE("shm: a rank waiting only for a survivor that left because a "
+          "peer died names the dead peer, not the survivor") {
+  // Ranks 1 and 2 reach the allreduce; rank 0 waits in a recv from rank 2.
+  // When rank 2 dies, rank 0 loses it, destroys its group (marking it
+  // aborted because of peer_lost) and exits. Rank 1 waits for rank 0
+  // alone, as rank 2 had arrived: it must still name rank 2.
+  test::temp_dir dir;
+  const std::string group = "blame-arrived";
+  auto leaver = spawn("leaver", 3, 0, dir, group);
+  auto witness = spawn("witness", 3, 1, dir, group, {"20000"});
+  auto arriver = spawn("arriver", 3, 2, dir, group);
+  // Formation, the barrier and the arrival take well under this.
+  std::this_thread::sleep_for(1500ms);
+  kill(arriver, SIGKILL);
+  test::wait_process(arriver, 10s);
+  CHECK(test::wait_process(leaver, 30s) == 0);
+  CHECK(test::wait_process(witness, 30s) == 0);
+  CHECK(test::shm_leftovers(group).empty());
+}
+
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
           "and fails its peer's next op") {
   auto store = col::make_in_process_store();

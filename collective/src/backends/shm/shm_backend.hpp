@@ -411,6 +411,11 @@ class shm_backend : public backend {
   caf::error failure_if_any(op_kind op, const op_call* call,
                             const std::vector<int>& waiting_for);
 
+  /// `peer_lost` naming those of `ranks` whose process died, preferring
+  /// ranks that died without leaving word; no error when none died.
+  caf::error dead_peer_error(op_kind op, const op_call* call,
+                             const std::vector<int>& ranks) const;
+
   /// The rank whose abort broke the group first (-1: none yet) and why.
   struct aborter {
     int rank = -1;

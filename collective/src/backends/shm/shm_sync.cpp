@@ -112,15 +112,9 @@ void shm_backend::ring() noexcept {
   }
 }
 
-caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
-                                       const std::vector<int>& waiting_for) {
-  if (formation_cancel_ != nullptr &&
-      formation_cancel_->load(std::memory_order_acquire))
-    abort("the group was aborted while forming"); // the peers learn it too
-  if (aborted_.load(std::memory_order_acquire))
-    return make_error(errc::aborted, context(op, call),
-                      "backend aborted: " + abort_reason_);
-  auto dead = gone_among(waiting_for);
+caf::error shm_backend::dead_peer_error(op_kind op, const op_call* call,
+                                        const std::vector<int>& ranks) const {
+  auto dead = gone_among(ranks);
   auto left_word = [this](int r) {
     return seg_.control(r).left_word.load(std::memory_order_acquire) != 0;
   };
@@ -133,23 +127,35 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
       if (!left_word(r)) silent.push_back(r);
     if (silent = gone_among(silent); !silent.empty()) dead = std::move(silent);
   }
-  if (!dead.empty())
-    return make_error(
-      errc::peer_lost, context(op, call),
-      (dead.size() == 1 ? "the process of rank " + std::to_string(dead[0])
-                        : "the processes of ranks " + list_ranks(dead)) +
-        " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
+  if (dead.empty()) return {};
+  return make_error(
+    errc::peer_lost, context(op, call),
+    (dead.size() == 1 ? "the process of rank " + std::to_string(dead[0])
+                      : "the processes of ranks " + list_ranks(dead)) +
+      " died (pid " + std::to_string(pids_[size_t(dead[0])]) + ")");
+}
+
+caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
+                                       const std::vector<int>& waiting_for) {
+  if (formation_cancel_ != nullptr &&
+      formation_cancel_->load(std::memory_order_acquire))
+    abort("the group was aborted while forming"); // the peers learn it too
+  if (aborted_.load(std::memory_order_acquire))
+    return make_error(errc::aborted, context(op, call),
+                      "backend aborted: " + abort_reason_);
+  if (auto err = dead_peer_error(op, call, waiting_for)) return err;
   // After the dead-process check: a survivor that saw a death first and
   // aborted its group must not hide which rank died.
   auto mark = first_aborter();
   auto by = mark.rank;
   if (by < 0 || by == rank_) return {};
   auto code = mark.code;
-  if (code == errc::peer_lost && waiting_for.empty()) {
-    // It lost a peer: name the dead if this rank can see them too.
+  if (code == errc::peer_lost) {
+    // It lost a peer, maybe one this rank does not wait for (it waits for
+    // the survivor that gave up): name the dead if this rank sees them too.
     std::vector<int> everyone(static_cast<size_t>(world_size_));
     std::iota(everyone.begin(), everyone.end(), 0);
-    if (auto err = failure_if_any(op, call, everyone)) return err;
+    if (auto err = dead_peer_error(op, call, everyone)) return err;
   }
   if (code == errc::timeout && !waiting_for.empty())
     // It gave up on the same ranks this rank waits for: the same timeout.
