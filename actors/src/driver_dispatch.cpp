@@ -78,7 +78,8 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
     if (!op.takes_part[r]) continue;
     auto& s = op.starts[r];
     s.seq = seq;
-    if (has_output && s.has_out) s.owner = owner;
+    // Only out-of-place ops have outputs (driver_validation.cpp).
+    if (s.has_out) s.owner = owner;
     if (s.params.timeout_ms <= 0) s.params.timeout_ms = g.timeout_ms;
     // No timeout on the request itself (each would be one more timer): the
     // group's deadline timer names the unfinished ranks, and a dead member

@@ -194,10 +194,10 @@ class group : public std::enable_shared_from_this<group> {
   void abort(std::string why);
 
   /// Runs `g->abort(why)` on a thread the process keeps for aborts (started
-  /// by the first call) and
-  /// returns at once: for callers that must not block, such as actors'
-  /// handlers on CAF's scheduler threads (the actor layer aborts a group
-  /// this way when a peer dies or the group is destroyed).
+  /// by the first call) and returns at once: for callers that must not
+  /// block, such as actors' handlers on CAF's scheduler threads (the actor
+  /// layer aborts a group this way when a peer dies or the group is
+  /// destroyed).
   static void abort_off_thread(std::shared_ptr<group> g, std::string why);
 
   /// Blocks until every operation submitted so far has finished.

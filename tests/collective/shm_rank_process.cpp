@@ -10,12 +10,16 @@
 //             group and forms a new one with the other survivors (world - 1
 //             ranks, the sleeper is the last rank) and runs an allreduce on
 //             it. Exit 0 when all of that happened as expected.
-//   leaver    joins, receives from the sleeper, which must fail with
-//             peer_lost naming it; destroys the group (which marks it
+//   arriver   joins, enters an allreduce and waits there to be killed or
+//             stopped
+//   leaver    joins, receives from the last rank, which must fail with
+//             peer_lost (or argument 6, e.g. "timeout"; argument 7: the
+//             recv's timeout in ms); destroys the group (which marks it
 //             aborted) and exits
 //   witness   joins, runs an allreduce that must fail with peer_lost naming
-//             the sleeper as the one rank that died (argument 6: the op
-//             timeout in ms), then destroys the group
+//             the last rank as the one rank that died (argument 6: the op
+//             timeout in ms; argument 7: the text expected instead), then
+//             destroys the group
 // Errors go to stderr; exit 1 on anything unexpected.
 #include <chrono>
 #include <cstdio>
@@ -198,20 +202,27 @@ int main(int argc, char** argv) {
       return failures == 0 ? 0 : 1;
     }
     if (mode == "leaver") {
+      std::string expected = argc > 6 ? argv[6] : "peer_lost";
+      col::recv_options opts;
+      if (argc > 7)
+        opts.timeout = std::chrono::milliseconds{std::atoi(argv[7])};
       col::barrier(g);
       std::vector<float> x(4);
       try {
-        col::recv(col::view_of(x), world - 1, g);
-        expect(false, "a recv from the sleeper succeeded");
+        col::recv(col::view_of(x), world - 1, g, opts);
+        expect(false, "a recv from the last rank succeeded");
       } catch (const col::collective_error& e) {
         std::printf("rank %d: %s\n", my_rank, e.what());
-        expect(e.code() == col::errc::peer_lost,
-               std::string{"expected peer_lost, got "} + e.what());
+        expect(std::string{col::to_string(e.code())} == expected,
+               "expected " + expected + ", got " + e.what());
       }
       col::destroy_collective_group(g);
       return failures == 0 ? 0 : 1;
     }
-    if (mode == "witness" && argc == 7) {
+    if (mode == "witness" && (argc == 7 || argc == 8)) {
+      auto sleeper = std::to_string(world - 1);
+      std::string expected =
+        argc == 8 ? argv[7] : "the process of rank " + sleeper + " died";
       col::barrier(g);
       std::vector<float> x(1000, 1.0f);
       col::allreduce_options opts;
@@ -222,11 +233,9 @@ int main(int argc, char** argv) {
       } catch (const col::collective_error& e) {
         std::string text = e.what();
         std::printf("rank %d: %s\n", my_rank, text.c_str());
-        auto sleeper = std::to_string(world - 1);
         expect(e.code() == col::errc::peer_lost &&
-                 text.find("the process of rank " + sleeper + " died") !=
-                   std::string::npos,
-               "expected the death of rank " + sleeper + " alone, got " + text);
+                 text.find(expected) != std::string::npos,
+               "expected peer_lost saying '" + expected + "', got " + text);
       }
       col::destroy_collective_group(g);
       return failures == 0 ? 0 : 1;

@@ -122,6 +122,26 @@ TEST_CASE("shm: a rank waiting only for a survivor that left because a "
   CHECK(test::shm_leftovers(group).empty());
 }
 
+TEST_CASE("shm: a rank waiting only for a survivor that timed out says that "
+          "survivor left, not that it was late itself") {
+  // As above, but rank 2 is stopped, not killed: rank 0's recv times out.
+  // Rank 1 waits for rank 0 alone, which timed out waiting for someone
+  // else: rank 0 left (timeout), and rank 1 has no late ranks to name.
+  test::temp_dir dir;
+  const std::string group = "blame-timeout";
+  auto leaver = spawn("leaver", 3, 0, dir, group, {"timeout", "1500"});
+  auto witness = spawn("witness", 3, 1, dir, group,
+                       {"20000", "rank 0 left the group (timeout)"});
+  auto arriver = spawn("arriver", 3, 2, dir, group);
+  std::this_thread::sleep_for(1000ms);
+  kill(arriver, SIGSTOP);
+  CHECK(test::wait_process(leaver, 30s) == 0);
+  CHECK(test::wait_process(witness, 30s) == 0);
+  kill(arriver, SIGKILL);
+  test::wait_process(arriver, 10s);
+  CHECK(test::shm_leftovers(group).empty());
+}
+
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
           "and fails its peer's next op") {
   auto store = col::make_in_process_store();

@@ -157,8 +157,12 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
     std::iota(everyone.begin(), everyone.end(), 0);
     if (auto err = dead_peer_error(op, call, everyone)) return err;
   }
-  if (code == errc::timeout && !waiting_for.empty())
+  if (code == errc::timeout && !waiting_for.empty() &&
+      std::find(waiting_for.begin(), waiting_for.end(), by) ==
+        waiting_for.end())
     // It gave up on the same ranks this rank waits for: the same timeout.
+    // Not if this rank waits for it: it timed out on someone else, and
+    // left (below).
     return make_error(errc::timeout, context(op, call),
                       "ranks " + list_ranks(waiting_for) +
                         " did not arrive; rank " + std::to_string(by) +
