@@ -183,4 +183,20 @@ auto release(Self* self, const driver_api& driver, const object_ref& ref) {
                        caf::infinite, release_atom::value, ref);
 }
 
+/// Hands `ref` to the actor `to` (e.g. `worker.address()`), wherever the
+/// ref lives: from now on it is released when `to` terminates (at once if
+/// it has), no longer with its owner so far (the client that asked for
+/// the op, or the member that put it). For refs passed on to an actor that
+/// outlives the client. Blocking form.
+caf::error hand_over(caf::scoped_actor& self, const driver_api& driver,
+                     const object_ref& ref, const caf::actor_addr& to);
+
+/// Hands `ref` to `to` (see above); answers caf::ok_atom.
+template<class Self>
+auto hand_over(Self* self, const driver_api& driver, const object_ref& ref,
+               const caf::actor_addr& to) {
+  return self->request(detail::relay_if_remote(self->system(), self, driver),
+                       caf::infinite, hand_atom::value, ref, to);
+}
+
 } // namespace caf_collective

@@ -31,7 +31,8 @@ using driver_api = caf::typed_actor<
   caf::replies_to<wait_atom, std::string>::with<caf::ok_atom>,
   caf::replies_to<destroy_atom, std::string>::with<caf::ok_atom>,
   caf::replies_to<status_atom, std::string>::with<group_status>,
-  caf::replies_to<release_atom, object_ref>::with<caf::ok_atom>>;
+  caf::replies_to<release_atom, object_ref>::with<caf::ok_atom>,
+  caf::replies_to<hand_atom, object_ref, caf::actor_addr>::with<caf::ok_atom>>;
 
 /// What anyone may ask a member about its groups, and what a member asks
 /// itself for a member-initiated op (member_ops.hpp).
@@ -39,6 +40,7 @@ using member_api = caf::typed_actor<
   caf::replies_to<status_atom, std::string>::with<group_status>,
   caf::replies_to<history_atom, std::string>::with<std::string>,
   caf::replies_to<release_atom, object_ref>::with<caf::ok_atom>,
+  caf::replies_to<hand_atom, object_ref, caf::actor_addr>::with<caf::ok_atom>,
   caf::replies_to<member_op>::with<object_ref>>;
 
 /// The rendezvous store actor (rendezvous_actor.hpp).

@@ -71,6 +71,11 @@ using history_atom = caf::atom_constant<caf::atom("col_hist")>;
 /// unknown_object: drops the object from the store of the member's node.
 /// The driver forwards a ref of another node to a member living there.
 using release_atom = caf::atom_constant<caf::atom("col_rel")>;
+/// anyone -> member (or driver), request: (hand, object_ref, actor_addr) ->
+/// ok | unknown_object | invalid_argument: the object now belongs to that
+/// actor, released when it terminates instead of with its owner so far.
+/// The driver forwards a ref of another node as for release.
+using hand_atom = caf::atom_constant<caf::atom("col_hand")>;
 
 // -- limits -------------------------------------------------------------------
 

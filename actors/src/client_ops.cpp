@@ -74,4 +74,11 @@ caf::error release(caf::scoped_actor& self, const driver_api& driver,
     release_atom::value, ref);
 }
 
+caf::error hand_over(caf::scoped_actor& self, const driver_api& driver,
+                     const object_ref& ref, const caf::actor_addr& to) {
+  return detail::blocking_request(
+    self, driver, std::nullopt, error_context{}, [](caf::ok_atom) {},
+    hand_atom::value, ref, to);
+}
+
 } // namespace caf_collective

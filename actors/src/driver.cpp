@@ -118,6 +118,8 @@ caf::behavior driver_impl(driver_ptr self, driver_config cfg, bool owns_store) {
     [=](release_atom, const object_ref& ref) -> caf::result<caf::ok_atom> {
       return release_ref(self, ref);
     },
+    [=](hand_atom, const object_ref& ref, const caf::actor_addr& to)
+      -> caf::result<caf::ok_atom> { return hand_over_ref(self, ref, to); },
   };
 }
 

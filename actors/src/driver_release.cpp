@@ -6,6 +6,7 @@
 #include "caf_collective/interfaces.hpp"
 
 #include "op_plan.hpp"
+#include "output_owners.hpp"
 #include "remote_relay.hpp"
 
 namespace caf_collective::detail {
@@ -20,6 +21,20 @@ caf::actor member_on(const driver_state& st, const std::string& node) {
   return nullptr;
 }
 
+// The member of the ref's node, behind a relay that answers aborted if
+// that node is lost first (the client does not watch the member, whose
+// node it may not even know), or why there is none.
+caf::expected<member_api> holder_of(driver_ptr self, const object_ref& ref,
+                                    const char* verb) {
+  auto member = member_on(self->state, ref.node);
+  if (!member)
+    return make_error(errc::unknown_object,
+                      std::string{verb} + ": no member of node " + ref.node +
+                        " is known to the driver, so object " +
+                        std::to_string(ref.id) + " cannot be reached");
+  return typed_member(relay_to(self->system(), self, std::move(member)));
+}
+
 } // namespace
 
 caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
@@ -29,18 +44,23 @@ caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref) {
     if (auto err = self->state.local->release(ref)) return err;
     return caf::ok_atom::value;
   }
-  auto member = member_on(self->state, ref.node);
-  if (!member)
-    return make_error(errc::unknown_object,
-                      "release: no member of node " + ref.node +
-                        " is known to the driver, so object " +
-                        std::to_string(ref.id) + " cannot be reached");
-  // The member of that node answers the client directly, through a relay
-  // that answers aborted if that node is lost first: the client does not
-  // watch the member, whose node it may not even know.
-  return self->delegate(
-    typed_member(relay_to(self->system(), self, std::move(member))),
-    release_atom::value, ref);
+  auto holder = holder_of(self, ref, "release");
+  if (!holder) return std::move(holder.error());
+  // The member of that node answers the client directly.
+  return self->delegate(*holder, release_atom::value, ref);
+}
+
+caf::result<caf::ok_atom> hand_over_ref(driver_ptr self, const object_ref& ref,
+                                        const caf::actor_addr& to) {
+  if (!ref.valid())
+    return make_error(errc::invalid_argument, "hand over: the ref is empty");
+  if (ref.node == self->state.node) {
+    if (auto err = hand_over(self->state.local, ref, to)) return err;
+    return caf::ok_atom::value;
+  }
+  auto holder = holder_of(self, ref, "hand over");
+  if (!holder) return std::move(holder.error());
+  return self->delegate(*holder, hand_atom::value, ref, to);
 }
 
 void discard_output(const driver_state& st, const caf::actor& holder,

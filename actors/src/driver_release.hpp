@@ -1,6 +1,7 @@
-// Releasing object refs through the driver: a client holding refs of any
-// node asks the driver, which drops a ref of its own node from its store
-// and forwards one of another node to a member living there. The driver
+// Releasing object refs through the driver, or handing them to another
+// owner: a client holding refs of any node asks the driver, which acts on a
+// ref of its own node in its store and forwards one of another node to a
+// member living there. The driver
 // also drops, on its own, the outputs of ops whose answer is an error:
 // no client ever receives those refs, so nobody else could release them.
 #pragma once
@@ -13,6 +14,10 @@
 namespace caf_collective::detail {
 
 caf::result<caf::ok_atom> release_ref(driver_ptr self, const object_ref& ref);
+
+/// Makes `to` the owner of `ref` (output_owners.hpp, hand_over).
+caf::result<caf::ok_atom> hand_over_ref(driver_ptr self, const object_ref& ref,
+                                        const caf::actor_addr& to);
 
 /// Drops an op's output that no client will receive: `ref` from this node's
 /// store, or by telling `holder` (the member that made it, on the ref's

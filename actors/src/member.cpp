@@ -23,6 +23,7 @@
 #include "member_store.hpp"
 #include "op_answer.hpp"
 #include "op_plan.hpp"
+#include "output_owners.hpp"
 #include "own_ops.hpp"
 
 namespace caf_collective {
@@ -558,6 +559,11 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     },
     [=](release_atom, const object_ref& ref) -> caf::result<caf::ok_atom> {
       if (auto err = st->store->release(ref)) return err;
+      return caf::ok_atom::value;
+    },
+    [=](hand_atom, const object_ref& ref,
+        const caf::actor_addr& to) -> caf::result<caf::ok_atom> {
+      if (auto err = detail::hand_over(st->store, ref, to)) return err;
       return caf::ok_atom::value;
     },
     [=](history_atom, const std::string& name) -> caf::result<std::string> {

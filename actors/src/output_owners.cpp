@@ -8,6 +8,8 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_control_block.hpp>
 
+#include "caf_collective/error.hpp"
+
 namespace caf_collective::detail {
 
 namespace {
@@ -69,6 +71,20 @@ output_owner_ptr output_owner_of(const object_store_ptr& store,
                                  const caf::actor_addr& client) {
   if (!client) return nullptr;
   return registry::instance().of(store, client);
+}
+
+caf::error hand_over(const object_store_ptr& store, const object_ref& ref,
+                     const caf::actor_addr& to) {
+  if (!to)
+    return make_error(errc::invalid_argument,
+                      "hand over: object " + std::to_string(ref.id) +
+                        " cannot go to no actor (release it instead)");
+  auto owner = output_owner_of(store, to);
+  if (auto err = store->set_owner(ref, owner->key)) return err;
+  // The owner's watch marks it gone before it releases its objects: an
+  // object set after that release is dropped here.
+  if (owner->gone.load()) static_cast<void>(store->release(ref));
+  return {};
 }
 
 } // namespace caf_collective::detail

@@ -42,4 +42,10 @@ using output_owner_ptr = std::shared_ptr<output_owner>;
 output_owner_ptr output_owner_of(const object_store_ptr& store,
                                  const caf::actor_addr& client);
 
+/// Makes `to` the owner of `ref` in `store`, in place of its owner so far:
+/// the object is released when `to` terminates (at once if it has). Fails
+/// with invalid_argument for no actor, unknown_object for no such object.
+caf::error hand_over(const object_store_ptr& store, const object_ref& ref,
+                     const caf::actor_addr& to);
+
 } // namespace caf_collective::detail

@@ -174,6 +174,20 @@ caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
       return forward<caf::ok_atom>(self, target, std::move(lost),
                                    release_atom::value, std::move(ref));
     },
+    [self, target](hand_atom, object_ref& ref,
+                   caf::actor_addr& to) -> caf::result<caf::ok_atom> {
+      auto lost = [id = ref.id, node = ref.node](const caf::error& why) {
+        return make_error(errc::aborted,
+                          "hand over of object " + std::to_string(id) +
+                            " of node " + node +
+                            ": the actor asked went away (" + render(why) +
+                            ") before it answered: whether the object changed "
+                            "hands is unknown");
+      };
+      return forward<caf::ok_atom>(self, target, std::move(lost),
+                                   hand_atom::value, std::move(ref),
+                                   std::move(to));
+    },
   };
 }
 

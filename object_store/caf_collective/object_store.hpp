@@ -67,6 +67,11 @@ class object_store {
   /// Drops the object; unknown_object if there is none.
   caf::error release(const object_ref& ref);
 
+  /// Records `owner` for the object instead of its owner so far (0: none):
+  /// from now on release_owned_by(owner) drops it, and its previous
+  /// owner's does not. unknown_object (or mismatch) as for `get`.
+  caf::error set_owner(const object_ref& ref, uint64_t owner);
+
   bool contains(const object_ref& ref) const;
 
   /// Bytes held by the stored tensors.

@@ -117,6 +117,14 @@ caf::error object_store::release(const object_ref& ref) {
   return {};
 }
 
+caf::error object_store::set_owner(const object_ref& ref, uint64_t owner) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto t = lookup(ref);
+  if (!t) return std::move(t.error());
+  objects_.find(ref.id)->second.owner = owner;
+  return {};
+}
+
 bool object_store::contains(const object_ref& ref) const {
   std::lock_guard<std::mutex> guard{mtx_};
   return static_cast<bool>(lookup(ref));

@@ -452,6 +452,50 @@ TEST_CASE("an actor's outputs through a relay are the actor's: they outlive "
   CHECK(f.holds(0, xs[0])); // the inputs stay
 }
 
+TEST_CASE("an output handed to an actor of another node stays there while "
+          "that actor lives and is released when it ends") {
+  fixture f;
+  auto far_driver = f.far_group("handed", 0);
+  std::vector<col::object_ref> xs{f.make(0, 8, 1.0f), f.make(1, 8, 2.0f)};
+  auto typed = col::typed_driver(far_driver);
+  // An actor of this node that lives until it is stopped.
+  auto keeper = f.sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  auto to = keeper.address();
+  auto answer = std::make_shared<std::promise<caf::expected<col::op_result>>>();
+  auto answered = answer->get_future();
+  // The client hands rank 0's output to the keeper, through the relay.
+  auto client = f.sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    col::allgather(self, typed, "handed", xs)
+      .then(
+        [=](col::op_result& res) {
+          col::hand_over(self, typed, res.refs[0], to)
+            .then([=](caf::ok_atom) { answer->set_value(res); },
+                  [=](caf::error& err) { answer->set_value(std::move(err)); });
+        },
+        [=](caf::error& err) { answer->set_value(std::move(err)); });
+    return {[](caf::ok_atom) {}};
+  });
+  REQUIRE(answered.wait_for(30s) == std::future_status::ready);
+  auto res = answered.get();
+  REQUIRE_MESSAGE(res, col::render(res.error()));
+  REQUIRE(res->refs.size() == 2);
+  auto released_within = [&](int32_t rank, const col::object_ref& ref) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (f.holds(rank, ref)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
+  };
+  caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  CHECK(released_within(1, res->refs[1])); // not handed over
+  std::this_thread::sleep_for(500ms);
+  CHECK(f.holds(0, res->refs[0]));
+  caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
+  CHECK(released_within(0, res->refs[0]));
+  CHECK(f.holds(0, xs[0])); // the inputs stay
+}
+
 TEST_CASE("clients of a driver on another node - blocking ones and actors - "
           "get an error naming the op soon after that node is killed mid-op "
           "- no hang") {

@@ -437,3 +437,64 @@ TEST_CASE("the client that asked for a driver op owns its outputs: they are "
   for (auto& ref : inputs)
     CHECK(f.store->contains(ref));
 }
+
+TEST_CASE("a client hands an output to a longer-lived actor: it stays after "
+          "the client ended and goes with that actor") {
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  col::group_spec spec;
+  spec.name = "handed";
+  spec.world_size = 2;
+  spec.timeout = 10s;
+  auto members = f.group(self, spec);
+  auto inputs = f.put_each(2, 1.0f);
+  // Lives until it is told to exit.
+  auto keeper = f.sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  auto to = keeper.address();
+  std::vector<col::object_ref> outputs;
+  {
+    caf::scoped_actor brief{f.sys};
+    auto res = col::allgather(brief, f.typed, "handed", inputs);
+    REQUIRE(res);
+    outputs = res->refs;
+    // Through the driver (a ref of its node), and straight to a member.
+    CHECK(!col::hand_over(brief, f.typed, outputs[0], to));
+    caf::error member_err;
+    brief
+      ->request(col::typed_member(members[1]), caf::infinite,
+                col::hand_atom::value, outputs[1], to)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& err) { member_err = std::move(err); });
+    CHECK_MESSAGE(!member_err, col::render(member_err));
+  }
+  // The client is gone; the outputs it handed over are not.
+  std::this_thread::sleep_for(300ms);
+  for (auto& ref : outputs)
+    CHECK(f.store->contains(ref));
+  // A later output of the same op, not handed over, goes with its client.
+  std::vector<col::object_ref> not_handed;
+  {
+    caf::scoped_actor brief{f.sys};
+    auto res = col::allgather(brief, f.typed, "handed", inputs);
+    REQUIRE(res);
+    not_handed = res->refs;
+  }
+  CHECK(released_soon(*f.store, not_handed));
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+  self->wait_for(keeper);
+  CHECK(released_soon(*f.store, outputs));
+  // Handed to an actor that is gone already: released at once.
+  auto res = col::allgather(self, f.typed, "handed", inputs);
+  REQUIRE(res);
+  CHECK(!col::hand_over(self, f.typed, res->refs[0], to));
+  CHECK(!f.store->contains(res->refs[0]));
+  CHECK(f.store->contains(res->refs[1]));
+  // Refused: a released object, and no actor.
+  auto unknown = col::hand_over(self, f.typed, res->refs[0], self->address());
+  CHECK(col::code_of(unknown) == col::errc::unknown_object);
+  auto nobody = col::hand_over(self, f.typed, res->refs[1], caf::actor_addr{});
+  CHECK(col::code_of(nobody) == col::errc::invalid_argument);
+  CHECK(col::render(nobody).find("no actor") != std::string::npos);
+  for (auto& ref : inputs)
+    CHECK(f.store->contains(ref));
+}

@@ -193,6 +193,24 @@ TEST_CASE("release_owned_by drops exactly what an owner still holds and "
   CHECK(store.release_owned_by(7) == 0);
 }
 
+TEST_CASE("set_owner moves an object from one owner to another") {
+  col::object_store store{"node-a"};
+  auto moved = store.put(col::tensor::from_vector(std::vector<float>{1}), 7);
+  auto stays = store.put(col::tensor::from_vector(std::vector<float>{2}), 7);
+  auto orphan = store.put(col::tensor::from_vector(std::vector<float>{3}));
+  REQUIRE((moved && stays && orphan));
+  REQUIRE(!store.set_owner(*moved, 9));
+  REQUIRE(!store.set_owner(*orphan, 9));
+  CHECK(store.release_owned_by(7) == 1);
+  CHECK(store.contains(*moved));
+  CHECK(!store.contains(*stays));
+  CHECK(store.release_owned_by(9) == 2);
+  CHECK(store.objects() == 0);
+  // A released object has no owner to change.
+  auto gone = store.set_owner(*moved, 7);
+  CHECK(col::code_of(gone) == col::errc::unknown_object);
+}
+
 TEST_CASE("read_vector and read_into copy a stored tensor out, refusing "
           "another dtype or count") {
   col::object_store store{"node-a"};
