@@ -1,9 +1,9 @@
 // Releasing object refs through the driver, or handing them to another
 // owner: a client holding refs of any node asks the driver, which acts on a
 // ref of its own node in its store and forwards one of another node to a
-// member living there. The driver
-// also drops, on its own, the outputs of ops whose answer is an error:
-// no client ever receives those refs, so nobody else could release them.
+// member living there. The driver also drops, on its own, the outputs of
+// ops whose answer is an error: no client ever receives those refs, so
+// nobody else could release them.
 #pragma once
 
 #include <caf/actor.hpp>
