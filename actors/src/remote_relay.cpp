@@ -135,6 +135,21 @@ caf::result<Result> forward(relay_actor* self, const caf::actor& target,
   return rp;
 }
 
+// The answer to a request about object `ref` (`request`: "release", ...)
+// whose target went away first: `outcome` may or may not have happened.
+std::function<caf::error(const caf::error&)>
+lost_object_request(const object_ref& ref, const char* request,
+                    const char* outcome) {
+  return
+    [id = ref.id, node = ref.node, request, outcome](const caf::error& why) {
+      return make_error(
+        errc::aborted,
+        std::string{request} + " of object " + std::to_string(id) +
+          " of node " + node + ": the actor asked went away (" + render(why) +
+          ") before it answered: whether " + outcome + " is unknown");
+    };
+}
+
 caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
                     record_ptr record) {
   self->state.me = caf::actor_cast<caf::actor>(self);
@@ -163,27 +178,15 @@ caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
       return forward<op_result>(self, target, std::move(lost), std::move(req));
     },
     [self, target](release_atom, object_ref& ref) -> caf::result<caf::ok_atom> {
-      auto lost = [id = ref.id, node = ref.node](const caf::error& why) {
-        return make_error(errc::aborted,
-                          "release of object " + std::to_string(id) +
-                            " of node " + node +
-                            ": the actor asked went away (" + render(why) +
-                            ") before it answered: whether the object was "
-                            "released is unknown");
-      };
+      auto lost =
+        lost_object_request(ref, "release", "the object was released");
       return forward<caf::ok_atom>(self, target, std::move(lost),
                                    release_atom::value, std::move(ref));
     },
     [self, target](hand_atom, object_ref& ref,
                    caf::actor_addr& to) -> caf::result<caf::ok_atom> {
-      auto lost = [id = ref.id, node = ref.node](const caf::error& why) {
-        return make_error(errc::aborted,
-                          "hand over of object " + std::to_string(id) +
-                            " of node " + node +
-                            ": the actor asked went away (" + render(why) +
-                            ") before it answered: whether the object changed "
-                            "hands is unknown");
-      };
+      auto lost =
+        lost_object_request(ref, "hand over", "the object changed hands");
       return forward<caf::ok_atom>(self, target, std::move(lost),
                                    hand_atom::value, std::move(ref),
                                    std::move(to));

@@ -231,6 +231,16 @@ struct fixture {
     return result;
   }
 
+  // Whether rank `rank`'s node lets go of `ref` within 10 s.
+  bool released_soon(int32_t rank, const col::object_ref& ref) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (holds(rank, ref)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
+  }
+
   std::vector<float> read(int32_t rank, const col::object_ref& ref) {
     std::vector<float> result;
     self->request(members[rank], 10s, node_test::read_atom::value, ref)
@@ -442,13 +452,8 @@ TEST_CASE("an actor's outputs through a relay are the actor's: they outlive "
   for (int32_t r = 0; r < 2; ++r)
     CHECK(f.holds(r, res->refs[r]));
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  bool held = true;
-  while (held && std::chrono::steady_clock::now() < deadline) {
-    held = f.holds(0, res->refs[0]) || f.holds(1, res->refs[1]);
-    if (held) std::this_thread::sleep_for(20ms);
-  }
-  CHECK(!held);
+  CHECK(f.released_soon(0, res->refs[0]));
+  CHECK(f.released_soon(1, res->refs[1]));
   CHECK(f.holds(0, xs[0])); // the inputs stay
 }
 
@@ -479,20 +484,12 @@ TEST_CASE("an output handed to an actor of another node stays there while "
   auto res = answered.get();
   REQUIRE_MESSAGE(res, col::render(res.error()));
   REQUIRE(res->refs.size() == 2);
-  auto released_within = [&](int32_t rank, const col::object_ref& ref) {
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (f.holds(rank, ref)) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(20ms);
-    }
-    return true;
-  };
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-  CHECK(released_within(1, res->refs[1])); // not handed over
+  CHECK(f.released_soon(1, res->refs[1])); // not handed over
   std::this_thread::sleep_for(500ms);
   CHECK(f.holds(0, res->refs[0]));
   caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
-  CHECK(released_within(0, res->refs[0]));
+  CHECK(f.released_soon(0, res->refs[0]));
   CHECK(f.holds(0, xs[0])); // the inputs stay
 }
 

@@ -102,44 +102,45 @@ TEST_CASE("shm: a survivor that gave up and left is not blamed: a rank "
   CHECK(test::shm_leftovers(group).empty());
 }
 
-TEST_CASE("shm: a rank waiting only for a survivor that left because a "
-          "peer died names the dead peer, not the survivor") {
-  // Ranks 1 and 2 reach the allreduce; rank 0 waits in a recv from rank 2.
-  // When rank 2 dies, rank 0 loses it, destroys its group (marking it
-  // aborted because of peer_lost) and exits. Rank 1 waits for rank 0
-  // alone, as rank 2 had arrived: it must still name rank 2.
+namespace {
+
+/// Rank 2 (an arriver) enters an allreduce, rank 1 (a witness) too, while
+/// rank 0 (a leaver) waits in a recv from rank 2. Once they are there,
+/// rank 2 gets `fault`; rank 0 gives up on it and destroys its group, and
+/// rank 1, waiting for rank 0 alone, must fail as `witness_args` expect.
+void run_arrived_fault(const std::string& group, int fault_signal,
+                       std::vector<std::string> leaver_args,
+                       std::vector<std::string> witness_args) {
   test::temp_dir dir;
-  const std::string group = "blame-arrived";
-  auto leaver = spawn("leaver", 3, 0, dir, group);
-  auto witness = spawn("witness", 3, 1, dir, group, {"20000"});
+  auto leaver = spawn("leaver", 3, 0, dir, group, std::move(leaver_args));
+  auto witness = spawn("witness", 3, 1, dir, group, std::move(witness_args));
   auto arriver = spawn("arriver", 3, 2, dir, group);
   // Formation, the barrier and the arrival take well under this.
-  std::this_thread::sleep_for(1500ms);
-  kill(arriver, SIGKILL);
-  test::wait_process(arriver, 10s);
+  std::this_thread::sleep_for(1000ms);
+  kill(arriver, fault_signal);
   CHECK(test::wait_process(leaver, 30s) == 0);
   CHECK(test::wait_process(witness, 30s) == 0);
+  kill(arriver, SIGKILL);
+  test::wait_process(arriver, 10s);
   CHECK(test::shm_leftovers(group).empty());
+}
+
+} // namespace
+
+TEST_CASE("shm: a rank waiting only for a survivor that left because a "
+          "peer died names the dead peer, not the survivor") {
+  // Rank 0 loses rank 2 and marks the group aborted because of peer_lost.
+  // Rank 2 had arrived, so rank 1 does not wait for it: it must still name
+  // rank 2.
+  run_arrived_fault("blame-arrived", SIGKILL, {}, {"20000"});
 }
 
 TEST_CASE("shm: a rank waiting only for a survivor that timed out says that "
           "survivor left, not that it was late itself") {
-  // As above, but rank 2 is stopped, not killed: rank 0's recv times out.
-  // Rank 1 waits for rank 0 alone, which timed out waiting for someone
-  // else: rank 0 left (timeout), and rank 1 has no late ranks to name.
-  test::temp_dir dir;
-  const std::string group = "blame-timeout";
-  auto leaver = spawn("leaver", 3, 0, dir, group, {"timeout", "1500"});
-  auto witness = spawn("witness", 3, 1, dir, group,
-                       {"20000", "rank 0 left the group (timeout)"});
-  auto arriver = spawn("arriver", 3, 2, dir, group);
-  std::this_thread::sleep_for(1000ms);
-  kill(arriver, SIGSTOP);
-  CHECK(test::wait_process(leaver, 30s) == 0);
-  CHECK(test::wait_process(witness, 30s) == 0);
-  kill(arriver, SIGKILL);
-  test::wait_process(arriver, 10s);
-  CHECK(test::shm_leftovers(group).empty());
+  // Rank 2 is stopped: rank 0's recv times out waiting for it, not for
+  // rank 1's peers. Rank 0 left (timeout); rank 1 has no late ranks to name.
+  run_arrived_fault("blame-timeout", SIGSTOP, {"timeout", "1500"},
+                    {"20000", "rank 0 left the group (timeout)"});
 }
 
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
