@@ -493,6 +493,28 @@ TEST_CASE("an output handed to an actor of another node stays there while "
   CHECK(f.holds(0, xs[0])); // the inputs stay
 }
 
+TEST_CASE("an object handed to an actor of another node is released when "
+          "that node is killed") {
+  fixture f;
+  f.form("keeper", 1, {{0, 1, 0}}); // its member will own the object
+  auto store = col::local_store(f.sys);
+  auto ref = store->put(col::tensor::from_vector(std::vector<float>{1, 2, 3}));
+  REQUIRE(ref);
+  auto err = col::hand_over(f.self, col::typed_driver(f.driver), *ref,
+                            f.members[0].address());
+  REQUIRE_MESSAGE(!err, col::render(err));
+  std::this_thread::sleep_for(500ms);
+  CHECK(store->contains(*ref));
+  kill(f.nodes[0], SIGKILL);
+  CHECK(fixture::wait_node(f.nodes[0], 10s) == -1);
+  f.nodes.pop_back();
+  // CAF ends the proxies of a lost node, which runs the owner's watch.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (store->contains(*ref) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  CHECK(!store->contains(*ref));
+}
+
 TEST_CASE("clients of a driver on another node - blocking ones and actors - "
           "get an error naming the op soon after that node is killed mid-op "
           "- no hang") {
