@@ -192,36 +192,55 @@ void report(const options& opts, std::vector<double> samples) {
 // placed the vCPUs (two hyperthreads of one core, or two cores), which can
 // differ between launches and halve or double a small op's time: a launch's
 // figures compare with another's only when this line does.
+// Waits until `ball` holds `value` or `stop`, and returns what it holds.
+// Yields now and then: on a loaded machine the peer may wait for this CPU,
+// and pure spinning would cost a whole time slice per trip.
+int wait_for_ball(const std::atomic<int>& ball, int value, int stop) {
+  for (int spins = 1;; ++spins) {
+    auto seen = ball.load(std::memory_order_acquire);
+    if (seen == value || seen == stop) return seen;
+    if (spins % 256 == 0)
+      std::this_thread::yield();
+    else
+      col::detail::cpu_relax();
+  }
+}
+
 std::string line_round_trip() {
   // With one CPU every trip would wait for a time slice.
   if (std::thread::hardware_concurrency() < 2) return "one CPU only";
-  constexpr int trips = 200000;
+  // At most this many trips, for at most this long: on a quiet machine all
+  // of them take well under the limit.
+  constexpr int max_trips = 200000;
+  constexpr auto limit = std::chrono::milliseconds{200};
+  constexpr int stop = -1;
   alignas(64) std::atomic<int> ball{0};
   int echo_cpu = -1;
   std::thread echo{[&] {
     echo_cpu = sched_getcpu();
-    for (int i = 0; i < trips; ++i) {
-      while (ball.load(std::memory_order_acquire) != 2 * i + 1)
-        col::detail::cpu_relax();
-      ball.store(2 * i + 2, std::memory_order_release);
-    }
+    for (int served = 1; wait_for_ball(ball, served, stop) != stop; served += 2)
+      ball.store(served + 1, std::memory_order_release);
   }};
   int serve_cpu = sched_getcpu();
   auto start = clock_type::now();
-  for (int i = 0; i < trips; ++i) {
-    ball.store(2 * i + 1, std::memory_order_release);
-    while (ball.load(std::memory_order_acquire) != 2 * i + 2)
-      col::detail::cpu_relax();
+  auto now = start;
+  int trips = 0;
+  while (trips < max_trips) {
+    ball.store(2 * trips + 1, std::memory_order_release);
+    wait_for_ball(ball, 2 * trips + 2, stop);
+    ++trips;
+    if (trips % 1024 == 0 && (now = clock_type::now()) - start >= limit) break;
   }
-  auto ns = std::chrono::duration<double, std::nano>(clock_type::now() - start)
-              .count() /
-            trips;
+  now = clock_type::now();
+  ball.store(stop, std::memory_order_release);
   echo.join();
-  char text[128];
+  auto ns =
+    std::chrono::duration<double, std::nano>(now - start).count() / trips;
+  char text[160];
   std::snprintf(text, sizeof(text),
                 "a cache line's round trip between two threads %.0f ns "
-                "(CPUs %d and %d)",
-                ns, serve_cpu, echo_cpu);
+                "(CPUs %d and %d, %d trips)",
+                ns, serve_cpu, echo_cpu, trips);
   return text;
 }
 
