@@ -223,19 +223,17 @@ std::string line_round_trip() {
   }};
   int serve_cpu = sched_getcpu();
   auto start = clock_type::now();
-  auto now = start;
   int trips = 0;
   while (trips < max_trips) {
     ball.store(2 * trips + 1, std::memory_order_release);
     wait_for_ball(ball, 2 * trips + 2, stop);
     ++trips;
-    if (trips % 1024 == 0 && (now = clock_type::now()) - start >= limit) break;
+    if (trips % 1024 == 0 && clock_type::now() - start >= limit) break;
   }
-  now = clock_type::now();
+  auto elapsed = clock_type::now() - start;
   ball.store(stop, std::memory_order_release);
   echo.join();
-  auto ns =
-    std::chrono::duration<double, std::nano>(now - start).count() / trips;
+  auto ns = std::chrono::duration<double, std::nano>(elapsed).count() / trips;
   char text[160];
   std::snprintf(text, sizeof(text),
                 "a cache line's round trip between two threads %.0f ns "
