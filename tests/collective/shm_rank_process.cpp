@@ -148,6 +148,21 @@ int main(int argc, char** argv) {
   std::string dir = argv[4];
   std::string g = argv[5];
   try {
+    if (mode == "unformed" && argc == 7) {
+      // Its formation must fail (a peer never comes, another dies) within
+      // the given timeout.
+      try {
+        col::init_collective_group(world, my_rank, "shm", g,
+                                   options(dir + "/" + g, std::atoi(argv[6])));
+      } catch (const col::collective_error& ex) {
+        std::printf("rank %d: formation failed as expected: %s\n", my_rank,
+                    ex.what());
+        return 0;
+      }
+      std::fprintf(stderr, "rank %d: formed a group that cannot form\n",
+                   my_rank);
+      return 1;
+    }
     col::init_collective_group(world, my_rank, "shm", g,
                                options(dir + "/" + g, 30000));
     if (mode == "ops") {

@@ -2,10 +2,15 @@
 // processes (staged mode, several rounds per op), faults (a killed and a
 // stopped process, abort from another thread, a rank that never joins,
 // ranks that disagree), host checks, and nothing left in /dev/shm.
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <latch>
 #include <thread>
 
+#include <sys/mman.h>
+
+#include "backends/shm/shm_backend.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -178,6 +183,91 @@ TEST_CASE("shm: abort from another thread wakes the waiting rank at once "
   CHECK(elapsed < 5s);
 }
 
+TEST_CASE("shm: a rank that timed out in one process leaves - a peer that "
+          "arrives after its buffers were unmapped fails and reads nothing") {
+  // 4 MiB: the direct path, where peers read each other's buffers in place.
+  constexpr size_t count = size_t{1} << 20;
+  constexpr size_t bytes = count * sizeof(float);
+  auto store = col::make_in_process_store();
+  std::latch left{2};
+  std::latch done{2}; // rank 0's group lives until rank 1's op ended
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "shm", "left-early",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("left-early");
+    if (rank == 0) {
+      // Mapped apart, so that a read after the munmap faults.
+      auto* in =
+        static_cast<float*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      auto* out =
+        static_cast<float*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      std::fill(in, in + count, 1.0f);
+      col::allreduce_options opts;
+      opts.timeout = 200ms;
+      auto err =
+        g->allreduce(col::tensor_view{in, col::dtype::float32, count},
+                     col::tensor_view{out, col::dtype::float32, count}, opts)
+          .wait();
+      log.expect(col::code_of(err) == col::errc::timeout,
+                 "rank 0: " + col::render(err));
+      ::munmap(in, bytes);
+      ::munmap(out, bytes);
+      left.arrive_and_wait();
+      done.arrive_and_wait();
+    } else {
+      left.arrive_and_wait();
+      std::vector<float> x(count, 2.0f);
+      auto y = x;
+      auto err = g->allreduce(col::view_of(x), col::view_of(y)).wait();
+      log.expect(col::code_of(err) == col::errc::peer_lost &&
+                   col::render(err).find("rank 0 left the group (timeout)") !=
+                     std::string::npos,
+                 "the late rank: " + col::render(err));
+      done.arrive_and_wait();
+    }
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("shm: a rank that times out while its peer still reads its buffer "
+          "waits for that read - the peer never returns overwritten data") {
+  // Rank 0's input is the first block of its output, so it copies nothing
+  // and reaches the op's last step at once, where it times out while rank 1
+  // still copies its 64 MiB. Once its op returned, rank 0 overwrites the
+  // buffer, as a caller reusing it would.
+  constexpr size_t big = size_t{16} << 20; // float32 elements
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "shm", "read-on",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("read-on");
+    col::allgatherv_options opts;
+    opts.counts = {big, 1};
+    opts.timeout = rank == 0 ? 1ms : 20000ms;
+    std::vector<float> out(big + 1, -1.0f);
+    std::vector<float> one(1, 2.0f);
+    if (rank == 0) std::fill(out.begin(), out.begin() + big, 1.0f);
+    auto in = rank == 0 ? col::tensor_view{out.data(), col::dtype::float32, big}
+                        : col::view_of(one);
+    col::barrier("read-on");
+    auto err = g->allgatherv(in, col::view_of(out), opts).wait();
+    if (rank == 0) {
+      log.expect(col::code_of(err) == col::errc::timeout,
+                 "rank 0: " + col::render(err));
+      std::memset(out.data(), 0, big * sizeof(float));
+      return;
+    }
+    if (err) return; // failing is right: rank 0 left mid-op
+    auto wrong = std::count_if(out.begin(), out.begin() + big,
+                               [](float v) { return v != 1.0f; });
+    log.expect(wrong == 0, "rank 1 succeeded with " + std::to_string(wrong) +
+                             " elements of rank 0 overwritten");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
   auto store = col::make_in_process_store();
   auto results = test::run_threads(2, [&](int rank, rank_log& log) {
@@ -189,6 +279,27 @@ TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
   });
   test::check_ranks(results);
   CHECK(test::shm_leftovers("never").empty());
+}
+
+TEST_CASE("shm: a formation whose creator was killed fails on the others "
+          "and leaves nothing in /dev/shm") {
+  // Rank 2 publishes its host, as every rank does before rank 0 creates
+  // the segment, and never attaches. Rank 0 creates it and waits with rank
+  // 1 for rank 2; rank 0 is killed meanwhile. Only rank 1 can remove the
+  // segment's name now.
+  test::temp_dir dir;
+  const std::string group = "killedmaker"; // shm_leftovers finds it verbatim
+  auto host = col::detail::shm::host_identity();
+  auto hosts = col::make_prefix_store(
+    "shm/" + group, col::make_file_store((dir.path / group).string()));
+  REQUIRE_FALSE(hosts->set("host/2", {host.begin(), host.end()}));
+  auto creator = spawn("sleeper", 3, 0, dir, group);
+  auto other = spawn("unformed", 3, 1, dir, group, {"3000"});
+  std::this_thread::sleep_for(1000ms);
+  kill(creator, SIGKILL);
+  test::wait_process(creator, std::chrono::seconds{10});
+  CHECK(test::wait_process(other, std::chrono::seconds{60}) == 0);
+  CHECK(test::shm_leftovers(group).empty());
 }
 
 TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "

@@ -363,6 +363,48 @@ TEST_CASE("shm starts: a rank that never arrives makes the ranks that did "
   });
 }
 
+TEST_CASE("shm starts: a rank whose started op timed out tells the peers "
+          "it left on a timeout when it destroys its group") {
+  auto store = col::make_in_process_store();
+  std::latch timed_out{3};
+  std::latch destroyed{1}; // rank 0 left first
+  std::latch checked{1};   // rank 2 saw it; rank 1 leaves only then
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    col::init_collective_group(3, rank, "shm", "starts-left",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("starts-left");
+    std::vector<float> x(8, 1.0f);
+    if (rank != 2) {
+      col::allreduce_options opts;
+      opts.timeout = 300ms;
+      auto err =
+        outcome(log, g->allreduce(col::view_of(x), col::view_of(x), opts), 10s);
+      log.expect(col::code_of(err) == col::errc::timeout,
+                 "started op: " + col::render(err));
+    }
+    timed_out.arrive_and_wait();
+    if (rank == 0) {
+      col::destroy_collective_group("starts-left");
+      destroyed.count_down();
+      return;
+    }
+    if (rank == 2) {
+      destroyed.wait();
+      auto err =
+        blocking([&] { col::allreduce(col::view_of(x), "starts-left"); });
+      log.expect(col::code_of(err) == col::errc::peer_lost &&
+                   col::render(err).find("rank 0 left the group (timeout)") !=
+                     std::string::npos,
+                 "the rank that came late: " + col::render(err));
+      checked.count_down();
+    } else {
+      checked.wait();
+    }
+    col::destroy_collective_group("starts-left");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("shm starts: abort from another rank ends the ops of every rank "
           "that did not wait at once") {
   std::latch started{3};

@@ -160,6 +160,7 @@ void arrival_hub::expire(clock::time_point now) {
     std::vector<int> missing;
     for (int q = 0; q < world_size_; ++q)
       if (arrived(q).load(std::memory_order_acquire) < v) missing.push_back(q);
+    a.timed_out.store(true, std::memory_order_release);
     fail(r, errc::timeout, not_arrived_text(a.timeout, missing));
   }
 }

@@ -49,6 +49,10 @@ struct arrival {
   /// What the owner's caller said when it aborted the group: written once,
   /// before the owner marks the group aborted in the segment.
   std::string abort_reason;
+  /// Set by the watchdog when it ended the owner's op at its deadline: the
+  /// owner's abort then tells the peers "timeout", as a rank that timed
+  /// out waiting does.
+  std::atomic<bool> timed_out{false};
 };
 
 /// The arrivals of one group's ranks in this process, shared by their

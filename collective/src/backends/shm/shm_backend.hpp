@@ -362,6 +362,18 @@ class shm_backend : public backend {
   caf::error start_reading(const op_state& st);
   void stop_reading(const op_state& st) noexcept;
 
+  /// An op of this rank failed (timeout, lost peer, abort) after it
+  /// published its buffers. In direct and single-copy mode peers read
+  /// them in place, and its caller may free them once the op returns: the
+  /// rank leaves the group as abort() does, so that peers arriving later
+  /// fail instead of reading, and waits until no peer reads any more.
+  /// Returns `err`.
+  caf::error leave_after(caf::error err);
+
+  /// Direct and single copy: waits (at most 5 s; a dead reader reads
+  /// nothing) until no peer reads this rank's buffers.
+  void wait_for_readers();
+
   // -- single copy across processes (shm_single_copy.cpp) --------------------
 
   /// At formation, across processes: reads every peer's probe word with
@@ -527,6 +539,9 @@ class shm_backend : public backend {
   uint64_t probe_word_ = 0;
   uint64_t epoch_ = 0; // this rank's steps, mirrored in its control block
   std::atomic<bool> aborted_{false};
+  // Taken by the first abort(): the op's own failure (leave_after, on the
+  // lane) and group::abort (another thread) may abort at once.
+  std::atomic<bool> abort_begun_{false};
   // Why an op of this rank failed (timeout, peer_lost), else aborted: what
   // abort() tells the peers.
   std::atomic<errc> failed_code_{errc::aborted};

@@ -107,6 +107,14 @@ bool shm_backend::supports(op_kind, device_kind kind, dtype) const noexcept {
   return kind == device_kind::cpu;
 }
 
+namespace {
+
+// What rank 0 publishes instead of the segment's name when it could not
+// create the segment, followed by why. No segment name starts with it.
+constexpr std::string_view creation_failed = "!not created: ";
+
+} // namespace
+
 caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
                                             const std::atomic<bool>* cancel) {
   auto deadline = clock::now() + cfg.timeout;
@@ -154,6 +162,10 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
                          "rank 0 did not publish the segment within " +
                            std::to_string(cfg.timeout.count()) + " ms");
     name = text_of(*published);
+    if (name.starts_with(creation_failed))
+      return formation_error(cfg, errc::backend_error,
+                             "rank 0 could not create the shared segment: " +
+                               name.substr(creation_failed.size()));
   }
   auto seg =
     cfg.rank == 0
@@ -163,8 +175,13 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
           small ? mailbox_bytes_small_groups : mailbox_bytes_large_groups,
           small ? small_bytes_small_groups : small_bytes_large_groups)
       : segment::attach(name);
-  if (!seg)
+  if (!seg) {
+    // The others wait for the segment's name: tell them why none comes.
+    if (cfg.rank == 0)
+      store->set("segment",
+                 bytes_of(std::string{creation_failed} + render(seg.error())));
     return formation_error(cfg, errc::backend_error, render(seg.error()));
+  }
   if (cfg.rank == 0)
     if (auto err = store->set("segment", bytes_of(name))) return err;
   auto result = std::make_unique<shm_backend>(cfg, std::move(*seg));

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "caf_collective/error.hpp"
@@ -95,12 +96,27 @@ size_t segment::layout_bytes(int world_size, size_t area_bytes,
 caf::expected<segment> segment::create(const std::string& name, int world_size,
                                        size_t area_bytes, size_t mailbox_bytes,
                                        size_t small_bytes) {
+  auto bytes = layout_bytes(world_size, area_bytes, mailbox_bytes, small_bytes);
+  // tmpfs gives pages on first touch, so a segment larger than /dev/shm's
+  // free space maps fine and fails later, mid-op, with SIGBUS (a
+  // container's /dev/shm is 64 MiB by default): refuse it here instead.
+  struct statvfs fs {};
+  if (statvfs("/dev/shm", &fs) == 0 &&
+      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize < bytes)
+    return make_error(
+      errc::backend_error,
+      "shared memory: a segment for " + std::to_string(world_size) +
+        " ranks needs " + std::to_string(bytes >> 20) +
+        " MiB, but /dev/shm has " +
+        std::to_string((static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) >>
+                       20) +
+        " MiB free (in a container: a larger --shm-size; else fewer ranks "
+        "per host, or backend gloo)");
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return system_error("cannot create", name);
   segment result;
   result.name_ = name;
-  result.bytes_ =
-    layout_bytes(world_size, area_bytes, mailbox_bytes, small_bytes);
+  result.bytes_ = bytes;
   // tmpfs allocates pages on first touch: the unused parts of the mailboxes
   // and areas cost nothing.
   if (ftruncate(fd, static_cast<off_t>(result.bytes_)) != 0) {
@@ -157,6 +173,9 @@ caf::expected<segment> segment::attach(const std::string& name) {
     return make_error(errc::backend_error,
                       "shared memory: segment '" + name +
                         "' is not a caf-collective segment of this version");
+  // Any rank may remove the name, not only its creator: a formation that
+  // fails after the creator died must not leave the segment behind.
+  result.name_ = name;
   return result;
 }
 

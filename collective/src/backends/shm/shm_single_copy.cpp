@@ -140,16 +140,17 @@ caf::error shm_backend::pull(const op_state& st, int peer, uint64_t from,
     for (;;) {
       if (auto err = failure_if_any(st.op, st.call, {peer})) {
         failed_code_.store(code_of(err));
-        return err;
+        return leave_after(std::move(err));
       }
       if (clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds{1});
     }
     failed_code_.store(errc::peer_lost);
-    return make_error(errc::peer_lost, context(st.op, st.call),
-                      "cannot read the buffer of rank " + std::to_string(peer) +
-                        " (pid " + std::to_string(pids_[size_t(peer)]) +
-                        "): process_vm_readv: " + std::strerror(code));
+    return leave_after(
+      make_error(errc::peer_lost, context(st.op, st.call),
+                 "cannot read the buffer of rank " + std::to_string(peer) +
+                   " (pid " + std::to_string(pids_[size_t(peer)]) +
+                   "): process_vm_readv: " + std::strerror(code)));
   }
   return {};
 }

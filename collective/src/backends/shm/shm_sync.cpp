@@ -295,13 +295,13 @@ caf::error shm_backend::step(op_state& st) {
   };
   if (auto err =
         wait_until(ready, laggards, st.op, st.call, st.deadline, &beside))
-    return err;
+    return leave_after(std::move(err));
   // A rank that aborted may have stepped before: its op failed, so the
   // group is broken for this op too (small ops end with this step).
   if (seg_.header().abort_mark.load(std::memory_order_acquire) != 0)
     if (auto err = failure_if_any(st.op, st.call, {})) {
       failed_code_.store(code_of(err));
-      return err;
+      return leave_after(std::move(err));
     }
   return {};
 }
@@ -394,7 +394,8 @@ caf::error shm_backend::start_reading(const op_state& st) {
   // or we see its abort and read nothing.
   if (auto err = failure_if_any(st.op, st.call, {})) {
     mine.store(0, std::memory_order_release);
-    return err;
+    failed_code_.store(code_of(err));
+    return leave_after(std::move(err));
   }
   return {};
 }
@@ -406,8 +407,18 @@ void shm_backend::stop_reading(const op_state& st) noexcept {
   }
 }
 
+caf::error shm_backend::leave_after(caf::error err) {
+  if (direct_ || single_copy_) {
+    abort(render(err));
+    // Also when an abort from another thread came first: that one may
+    // still be waiting, and this op's caller frees its buffers next.
+    wait_for_readers();
+  }
+  return err;
+}
+
 void shm_backend::abort(std::string_view why) {
-  if (aborted_.load()) return;
+  if (abort_begun_.exchange(true, std::memory_order_acq_rel)) return;
   abort_reason_ = std::string{why};
   // Before the segment's mark: a finisher that sees the mark ends this
   // rank's started op with this reason.
@@ -419,6 +430,11 @@ void shm_backend::abort(std::string_view why) {
   // The first rank to abort breaks the group for its peers too: they fail
   // at once instead of reading buffers its caller is about to free. It
   // tells them why: after its own timeout they report the same timeout.
+  // An op of this rank that the watchdog ended at its deadline failed
+  // with timeout as surely as one that waited.
+  if (hub_ && hub_->at(rank_).timed_out.load(std::memory_order_acquire) &&
+      failed_code_.load() == errc::aborted)
+    failed_code_.store(errc::timeout);
   auto& h = seg_.header();
   uint64_t none = 0;
   seg_.control(rank_).left_word.store(1, std::memory_order_seq_cst);
@@ -439,6 +455,10 @@ void shm_backend::abort(std::string_view why) {
   // now. Our caller frees them once we return, so wait until no peer reads
   // (a copy takes far less than this bound even for gigabytes; a dead
   // reader reads nothing).
+  wait_for_readers();
+}
+
+void shm_backend::wait_for_readers() {
   if (!direct_ && !single_copy_) return;
   auto until = clock::now() + std::chrono::seconds{5};
   for (int r = 0; r < world_size_; ++r)
