@@ -248,7 +248,8 @@ void answer(driver_ptr self, group_entry& g, uint64_t seq) {
   op.rp.deliver(err);
   discard_outputs(self->state, g, op);
   // The ranks may have diverged mid-op: nothing later can run safely.
-  if (g.state == group_state::ready) break_group(self, g, err, false);
+  if (g.state == group_state::ready)
+    break_group(self, g, err, false, broken_by(g, err));
 }
 
 } // namespace caf_collective::detail

@@ -60,6 +60,13 @@ std::vector<int> lost_ranks(const group_entry& g, const caf::down_msg& dm) {
 
 } // namespace
 
+op_error_fn broken_by(const group_entry& g, const caf::error& cause) {
+  return [&g, why = render(cause)](const pending_op& op, int64_t seq) {
+    return group_error(errc::aborted, g, op.req.op, seq, -1,
+                       "the group broke before this op finished: " + why);
+  };
+}
+
 void fail_all(const driver_state& st, group_entry& g, const caf::error& err,
               const op_error_fn& for_op) {
   auto error_of = [&](const pending_op& op, int64_t seq) {
@@ -197,7 +204,7 @@ void on_op_deadline(driver_ptr self, const std::string& name, uint64_t gen) {
   discard_outputs(self->state, g, j->second);
   g.running.erase(j);
   log_histories(self, g, seq, render(err));
-  break_group(self, g, err, false);
+  break_group(self, g, err, false, broken_by(g, err));
 }
 
 } // namespace caf_collective::detail

@@ -18,6 +18,11 @@ namespace caf_collective::detail {
 /// seq (-1: still queued). Empty: every op gets the group's reason.
 using op_error_fn = std::function<caf::error(const pending_op&, int64_t)>;
 
+/// What every other pending op of `g` gets when one op's failure `cause`
+/// broke the group: `aborted`, naming that op and its own seq, and the
+/// cause (which names the op that failed).
+op_error_fn broken_by(const group_entry& g, const caf::error& cause);
+
 /// Answers every waiting client and queued or running op with `err`, or
 /// with what `for_op` makes of it. Outputs the running ops collected are
 /// dropped (discard_outputs): their clients never see those refs.

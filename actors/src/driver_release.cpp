@@ -71,10 +71,12 @@ void discard_output(const driver_state& st, const caf::actor& holder,
     static_cast<void>(st.local->release(ref));
     return;
   }
-  // Sent without a sender: the member's answer goes nowhere. A holder
-  // that died took its outputs with it (a member's exit releases what it
-  // owns).
-  if (holder) caf::anon_send(holder, release_atom::value, ref);
+  // Sent without a sender: the member's answer goes nowhere. The output
+  // belongs to the op's client, not to the member that made it, so it
+  // outlives a holder that died: another member of its node releases it
+  // (none left: the node is gone, and its store with it).
+  auto via = holder ? holder : member_on(st, ref.node);
+  if (via) caf::anon_send(via, release_atom::value, ref);
 }
 
 void discard_outputs(const driver_state& st, const group_entry& g,

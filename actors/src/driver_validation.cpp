@@ -200,7 +200,9 @@ caf::error validate(const group_entry& g, pending_op& op) {
   for (size_t r = 0; r < W; ++r) {
     const auto& ref = req.refs[r];
     if (needs[r] && !ref.valid()) missing.push_back(static_cast<int>(r));
-    if (ref.valid() && ref.node != g.nodes[r])
+    // A rank still to register has no node yet: its ref is checked when
+    // the op reaches the head of the queue (pump asks its member).
+    if (ref.valid() && !g.nodes[r].empty() && ref.node != g.nodes[r])
       foreign.push_back(static_cast<int>(r));
   }
   if (!missing.empty())

@@ -33,6 +33,14 @@ namespace {
 using formed_atom = caf::atom_constant<caf::atom("col_formed")>;
 using submit_atom = caf::atom_constant<caf::atom("col_submit")>;
 using job_done_atom = caf::atom_constant<caf::atom("col_jdone")>;
+// (name, key): a member-initiated op queued before its group's init checks
+// whether it still waits for it.
+using form_wait_atom = caf::atom_constant<caf::atom("col_fwait")>;
+
+// How much longer than the group's timeout a member-initiated op waits for
+// its group's init: the driver's formation deadline, which names the
+// missing ranks, normally ends the wait first.
+constexpr milliseconds init_wait_margin{1000};
 
 using detail::op_answer;
 using detail::op_answer_ptr;
@@ -385,6 +393,13 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     else
       launch(g.m.group, key);
   };
+  // An op queued before its group's init waits for it, but not for ever: a
+  // driver whose node was lost never sends init nor the formation's abort.
+  auto bound_init_wait = [=](member_group& g, uint64_t key) {
+    if (g.grp) return;
+    self->delayed_send(self, milliseconds{g.m.timeout_ms} + init_wait_margin,
+                       form_wait_atom::value, g.m.group, key);
+  };
   // Member-initiated ops: refused with an error, or queued on their group.
   auto start_own = std::make_shared<detail::own_op_starter>();
   start_own->op = [=](member_op& req, caf::response_promise answer) {
@@ -394,7 +409,9 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     auto planned = plan_member_op(*g, st->store, addr, req);
     if (!planned) return answer.deliver(std::move(planned.error()));
     planned->answer->address_to(std::move(answer));
-    enqueue(*g, ++g->next_own_key, std::move(*planned));
+    auto key = ++g->next_own_key;
+    enqueue(*g, key, std::move(*planned));
+    bound_init_wait(*g, key);
   };
   start_own->job = [=](member_job& req, caf::response_promise answer) {
     auto g = find(req.group, 0);
@@ -407,6 +424,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     forget_answered(*g);
     g->ops.emplace(key, std::move(op));
     launch(req.group, key);
+    bound_init_wait(*g, key);
   };
   detail::register_own_ops(self->ctrl(), start_own);
   return {
@@ -451,6 +469,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     [=](formed_atom, const std::string& name, uint64_t gen, caf::error& err) {
       auto g = find(name, gen);
       if (!g) return;
+      // An abort that came first broke the group: it stays broken.
+      if (g->state == "broken") return;
       g->state = err ? "failed" : "ready";
       g->reason = err;
       // The backend the group got ("auto" resolved): the driver checks that
@@ -536,9 +556,36 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     [=](submit_atom, const std::string& name, uint64_t seq) {
       launch(name, seq);
     },
+    [=](form_wait_atom, const std::string& name, uint64_t key) {
+      auto i = st->groups.find(name);
+      if (i == st->groups.end() || i->second.grp) return;
+      auto& g = i->second;
+      auto j = g.ops.find(key);
+      if (j == g.ops.end() || j->second.launched) return;
+      auto op = j->second.job ? std::string{"object op"}
+                              : std::string{to_string(j->second.plan.op)};
+      auto where = context_of(g, j->second.plan.op);
+      if (j->second.job) where.op = -1; // an object op: no one op kind
+      j->second.fail(
+        make_error(errc::timeout, where,
+                   "member-initiated " + op + " waited " +
+                     std::to_string(g.m.timeout_ms + init_wait_margin.count()) +
+                     " ms for the group to form, but the "
+                     "driver never started its formation (is "
+                     "the driver, or its node, gone?)"),
+        self->context());
+      g.ops.erase(j);
+    },
     [=](abort_atom, const std::string& name, uint64_t gen, caf::error& why) {
-      auto g = find(name, gen);
-      if (!g) return;
+      // A member that registered but got no init yet holds generation 0:
+      // the driver's abort of that formation (its deadline, a dead peer)
+      // is for it too, or its own ops queued for the group wait forever.
+      // (A stale abort of an earlier generation cannot reach a new entry:
+      // the driver sends it before the leave that ends the old one.)
+      auto i = st->groups.find(name);
+      if (i == st->groups.end()) return;
+      auto* g = &i->second;
+      if (gen != 0 && g->gen != 0 && g->gen != gen) return;
       g->state = "broken";
       g->reason = why;
       group::abort_off_thread(g->grp, render(why));

@@ -257,3 +257,58 @@ TEST_CASE("member path: the mixed-mode rule, driver side: the driver refuses "
   CHECK(contains(col::render(refused), "ops_from = members"));
   CHECK(member_log.size() == 1); // nothing but init reached the member
 }
+
+TEST_CASE("member path: an op queued before init fails when the driver's "
+          "formation deadline fails the group, naming the rank that never "
+          "registered") {
+  fixture f;
+  auto driver = col::spawn_driver(f.sys);
+  f.spawned.push_back(driver);
+  col::group_spec spec;
+  spec.name = "half";
+  spec.world_size = 2;
+  spec.timeout = 5s;
+  spec.ops_from = col::op_source::members;
+  auto out = std::make_shared<own_result>();
+  // Rank 1 never comes: the driver never sends init, and its abort names
+  // the group's generation while the member still holds none.
+  auto m = col::spawn_member(f.sys, driver, {col::membership_of(spec, 0)},
+                             starter, out);
+  f.spawned.push_back(m);
+  f.run();
+  caf::anon_send(m, go_atom::value, std::string{"half"},
+                 std::vector<float>{1, 2});
+  f.run();
+  CHECK(out->answers == 0);
+  f.sched.advance_time(5s + 200ms); // the timeout and the driver's grace
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::timeout);
+  CHECK(contains(col::render(out->err), "ranks [1] never registered"));
+  // The member knows its group failed: the next op is refused at once.
+  caf::anon_send(m, go_atom::value, std::string{"half"}, std::vector<float>{1});
+  f.run();
+  CHECK(out->answers == 2);
+  CHECK(contains(col::render(out->err), "ranks [1] never registered"));
+}
+
+TEST_CASE("member path: an op waiting for an init that never comes fails "
+          "with timeout once the group's timeout and a margin passed") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  // The stand-in driver neither forms nor fails the group, as a driver on
+  // a lost node would.
+  auto m = f.member("orphan", col::op_source::members, out);
+  caf::anon_send(m, go_atom::value, std::string{"orphan"},
+                 std::vector<float>{1, 2});
+  f.run();
+  f.sched.advance_time(5s + 999ms);
+  f.run();
+  CHECK(out->answers == 0);
+  f.sched.advance_time(1ms);
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::timeout);
+  CHECK(contains(col::render(out->err), "group 'orphan' allreduce"));
+  CHECK(contains(col::render(out->err), "never started its formation"));
+}

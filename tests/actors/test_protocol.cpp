@@ -431,6 +431,26 @@ TEST_CASE("gang timeout: nothing happens before the deadline - then the "
   CHECK(col::code_of(late->err) == col::errc::timeout);
 }
 
+TEST_CASE("an op asked for before every rank registered waits for the "
+          "group instead of being refused for its refs' node") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.run();
+  auto op = f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}});
+  f.run();
+  CHECK(op->answers == 0);
+  auto m1 = f.member(s1, fixture::ms(1, 2));
+  f.run();
+  f.ready(m0, *s0, "g", 0);
+  f.ready(m1, *s1, "g", 1);
+  f.run();
+  CHECK(op->answers == 0);
+  CHECK(s0->started.size() == 1);
+  CHECK(s1->started.size() == 1);
+}
+
 TEST_CASE("gang timeout: registered ranks that never report ready are "
           "named") {
   fixture f;
@@ -1472,8 +1492,13 @@ TEST_CASE("op deadlines with one timer per group: an op with a shorter "
   REQUIRE(quick->answers == 1);
   CHECK(col::code_of(quick->err) == col::errc::timeout);
   CHECK(contains(col::render(quick->err), "seq 1"));
-  // The group broke: the op with the longer deadline fails with it.
+  // The group broke: the op with the longer deadline fails with it, its
+  // error naming itself (seq 0, not past its deadline) and the cause.
   REQUIRE(slow->answers == 1);
-  CHECK(col::code_of(slow->err) == col::errc::timeout);
+  CHECK(col::code_of(slow->err) == col::errc::aborted);
+  CHECK(contains(col::render(slow->err), "allreduce seq 0"));
+  CHECK(contains(col::render(slow->err),
+                 "the group broke before this op finished"));
+  CHECK(contains(col::render(slow->err), "seq 1: deadline passed"));
   CHECK(f.status("g").state == "broken");
 }
