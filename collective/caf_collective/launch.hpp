@@ -51,7 +51,8 @@ struct launch_info {
   int local_rank = -1;
   /// The launcher whose variables gave rank and world size:
   /// "caf_collective" (CAF_COLLECTIVE_*), "torchrun" (RANK, WORLD_SIZE),
-  /// "mpirun" (OMPI_COMM_WORLD_*) or "srun" (SLURM_*).
+  /// "mpirun" (OMPI_COMM_WORLD_*), "srun" (SLURM_*) or "mpiexec" (PMI_RANK,
+  /// PMI_SIZE, MPI_LOCALRANKID: MPICH's and Intel MPI's Hydra).
   std::string launcher;
   store_address store;
 };
@@ -73,10 +74,11 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env);
 /// The same with the process environment (std::getenv).
 caf::expected<launch_info> read_launch_environment();
 
-/// The store `addr` describes, for the member of rank `rank`. For a TCP
-/// store that rank 0 serves, rank 0 starts the server first (once per
-/// address and process; it runs until the process exits). `timeout`: how
-/// long clients retry to reach the server.
+/// The store `addr` describes, for the process of launcher rank `rank`.
+/// For a TCP store that rank 0 serves, rank 0 starts the server first
+/// (once per address and process; it runs until the process exits); pass
+/// the launcher's rank, not a subgroup's, so that one process serves it.
+/// `timeout`: how long clients retry to reach the server.
 caf::expected<rendezvous_store_ptr>
 open_store(const store_address& addr, int rank,
            std::chrono::milliseconds timeout);

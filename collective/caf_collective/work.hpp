@@ -20,6 +20,8 @@ class work {
  public:
   using callback = std::function<void(const caf::error&)>;
 
+  /// A handle that refers to no operation (valid() is false): it is
+  /// ready, and wait() and on_complete report invalid_argument.
   work() = default;
   explicit work(std::shared_ptr<detail::work_state> state);
 

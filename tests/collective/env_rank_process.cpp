@@ -2,6 +2,7 @@
 // environment, or caf_collective_run): forms a group from the environment
 // alone, checks an allreduce and an allgather of the local ranks, prints
 // one line and exits 0; 1 on a wrong result or an error (on stderr).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -59,6 +60,22 @@ int main() {
         return 1;
       }
     col::destroy_collective_group("env");
+    // A group over the same store whose rank 0 is the launcher's last
+    // rank: the store's server stays with the launcher's rank 0 (a second
+    // process serving it failed with "address in use").
+    int reversed = world - 1 - rank;
+    col::init_options opts;
+    opts.timeout = std::chrono::seconds{30};
+    col::init_collective_group(world, reversed, "gloo", "reversed", opts);
+    std::vector<int64_t> ones(16, 1);
+    col::allreduce(col::view_of(ones), "reversed");
+    if (ones[0] != world) {
+      std::fprintf(stderr,
+                   "rank %d: allreduce of the reversed group gave %lld\n", rank,
+                   static_cast<long long>(ones[0]));
+      return 1;
+    }
+    col::destroy_collective_group("reversed");
     std::printf("rank %d of %d (%s) ok\n", rank, world, info->launcher.c_str());
     return 0;
   } catch (const col::collective_error& ex) {

@@ -294,6 +294,19 @@ TEST_CASE("bad arguments fail before any data moves and the group stays "
     expect_error(log, "alltoallv recv counts", col::errc::invalid_argument,
                  {g, "alltoallv", "7"},
                  [&] { col::alltoallv(in, atv_out, g, atv); });
+    // alltoall(v) buffers that overlap without being the same buffer.
+    auto wide = test::make_tensor(f32, 9);
+    auto shifted_in = wide.view().slice(0, 6);
+    auto shifted_out = wide.view().slice(3, 6);
+    expect_error(log, "alltoall overlap", col::errc::invalid_argument,
+                 {g, "alltoall", "overlap"},
+                 [&] { col::alltoall(shifted_in, shifted_out, g); });
+    col::alltoallv_options even;
+    even.send_counts = {2, 2, 2};
+    even.recv_counts = {2, 2, 2};
+    expect_error(log, "alltoallv overlap", col::errc::invalid_argument,
+                 {g, "alltoallv", "overlap"},
+                 [&] { col::alltoallv(shifted_in, shifted_out, g, even); });
     // A negative per-op timeout.
     col::allreduce_options neg;
     neg.timeout = -5ms;
@@ -589,6 +602,19 @@ TEST_CASE("work::completed is ready with its error") {
   caf::error seen;
   bad.on_complete([&](const caf::error& err) { seen = err; });
   CHECK(col::code_of(seen) == col::errc::aborted);
+}
+
+TEST_CASE("a default-constructed work refers to no op - ready and "
+          "invalid_argument instead of a crash") {
+  col::work none;
+  CHECK_FALSE(none.valid());
+  CHECK(none.ready());
+  CHECK(none.wait_for(col::milliseconds{0}));
+  CHECK(col::code_of(none.wait()) == col::errc::invalid_argument);
+  caf::error seen;
+  none.on_complete([&](const caf::error& err) { seen = err; });
+  CHECK(col::code_of(seen) == col::errc::invalid_argument);
+  CHECK(col::render(seen).find("refers to no operation") != std::string::npos);
 }
 
 TEST_CASE("destroying a group and forming it again works") {

@@ -1,9 +1,11 @@
 // Operations that move data over Gloo (send/recv, broadcast, allgather,
 // allgatherv, gather, scatter, alltoall, alltoallv, barrier) for every
 // dtype, world size and count, every root, against what each rank sent.
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <set>
+#include <utility>
 
 #include "test_support.hpp"
 
@@ -107,17 +109,23 @@ void allgather_once(rank_log& log, const std::string& name, col::dtype t,
 }
 
 /// One alltoall of `n` elements per block, checked block by block; the
-/// input must stay intact.
+/// input must stay intact. `in_place`: one buffer as input and output.
 void alltoall_once(rank_log& log, const std::string& name, col::dtype t,
-                   int rank, int world, size_t n) {
-  auto what = test::case_name("alltoall", t, world, n);
+                   int rank, int world, size_t n, bool in_place = false) {
+  auto what =
+    test::case_name(in_place ? "alltoall in place" : "alltoall", t, world, n);
   auto w = static_cast<size_t>(world);
   // Block j of the input goes to rank j; block i of the output came from
   // rank i.
   auto in = pattern(t, rank, 0, w * n);
-  auto out = test::make_tensor(t, w * n);
-  test::poison(out);
-  col::alltoall(in, out, name);
+  auto out =
+    in_place ? pattern(t, rank, 0, w * n) : test::make_tensor(t, w * n);
+  if (in_place)
+    col::alltoall(out, out, name);
+  else {
+    test::poison(out);
+    col::alltoall(in, out, name);
+  }
   for (int r = 0; r < world; ++r)
     log.expect_equal(what + " block from " + std::to_string(r),
                      out.view().slice(r * n, n), pattern(t, r, rank * n, n));
@@ -236,12 +244,13 @@ void scatter_matrix(int world) {
 void alltoall_matrix(int world) {
   auto name = "alltoall-" + std::to_string(world);
   test::run_group(world, name, [&](int rank, rank_log& log) {
-    for (auto t : col::all_dtypes)
-      for (auto n : counts) {
-        alltoall_once(log, name, t, rank, world, n);
-        ++log.checks;
-      }
-    log.expect(log.checks == 8 * std::size(counts),
+    for (bool in_place : {false, true})
+      for (auto t : col::all_dtypes)
+        for (auto n : counts) {
+          alltoall_once(log, name, t, rank, world, n, in_place);
+          ++log.checks;
+        }
+    log.expect(log.checks == 2 * 8 * std::size(counts),
                "alltoall: not every case ran");
   });
 }
@@ -263,25 +272,34 @@ void alltoallv_matrix(int world) {
           opts.send_counts.push_back(v_count(rank, r, n));
           opts.recv_counts.push_back(v_count(r, rank, n));
         }
-        auto in = pattern(t, rank, 0, total(opts.send_counts));
-        auto out = test::make_tensor(t, total(opts.recv_counts));
+        auto sent = total(opts.send_counts);
+        auto received = total(opts.recv_counts);
+        auto in = pattern(t, rank, 0, sent);
+        auto out = test::make_tensor(t, received);
         test::poison(out);
         col::alltoallv(in, out, name, opts);
-        size_t offset = 0;
-        for (int r = 0; r < world; ++r) {
-          // Rank r's block for us starts after its blocks for ranks < us.
-          size_t src_offset = 0;
-          for (int k = 0; k < rank; ++k)
-            src_offset += v_count(r, k, n);
-          auto c = opts.recv_counts[r];
-          log.expect_equal(what + " block from " + std::to_string(r),
-                           out.view().slice(offset, c),
-                           pattern(t, r, src_offset, c));
-          offset += c;
+        // In place: one buffer, the input at its start, the output over it.
+        auto one = pattern(t, rank, 0, std::max(sent, received));
+        col::alltoallv(one.view().slice(0, sent), one.view().slice(0, received),
+                       name, opts);
+        for (auto [result, how] :
+             {std::pair{out.view(), ""}, std::pair{one.view(), " in place"}}) {
+          size_t offset = 0;
+          for (int r = 0; r < world; ++r) {
+            // Rank r's block for us starts after its blocks for ranks < us.
+            size_t src_offset = 0;
+            for (int k = 0; k < rank; ++k)
+              src_offset += v_count(r, k, n);
+            auto c = opts.recv_counts[r];
+            log.expect_equal(what + how + " block from " + std::to_string(r),
+                             result.slice(offset, c),
+                             pattern(t, r, src_offset, c));
+            offset += c;
+          }
+          ++log.checks;
         }
-        ++log.checks;
       }
-    log.expect(log.checks == 8 * std::size(counts),
+    log.expect(log.checks == 2 * 8 * std::size(counts),
                "alltoallv: not every case ran");
   });
 }

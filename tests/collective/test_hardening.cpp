@@ -6,6 +6,7 @@
 #include <cstring>
 #include <latch>
 #include <limits>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -323,6 +324,50 @@ TEST_CASE("int64 allgather keeps its values when ranks agree") {
       for (int i = 0; i < 3; ++i)
         log.expect(out[3 * r + i] == 10 * r + i, "allgather value");
   });
+}
+
+TEST_CASE("a group destroyed and formed again on the same store forms when "
+          "its ranks come back at different times") {
+  // The first formation leaves its ranks' confirmations in the store; the
+  // second must wait for the new ones, not fail on the old ones.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    for (int round = 0; round < 2; ++round) {
+      if (rank == 0 && round == 1) std::this_thread::sleep_for(400ms);
+      col::init_collective_group(2, rank, "gloo", "formed-again",
+                                 test::group_options(store, 10s));
+      std::vector<float> x(4, float(rank + 1));
+      col::allreduce(col::view_of(x), "formed-again");
+      log.expect(x[0] == 3.0f, "round " + std::to_string(round) +
+                                 ": allreduce gave " + std::to_string(x[0]));
+      col::destroy_collective_group("formed-again");
+    }
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("a per-op timeout longer than the group's holds for a small "
+          "allreduce: a rank 3 s late within a 6 s op timeout is in time") {
+  // The group's 2 s would have ended the op; small allreduces run Gloo's
+  // legacy algorithms, which wait with the group's timeout.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "long-op",
+                               test::group_options(store, 2s));
+    col::allreduce_options opts;
+    opts.timeout = 6s;
+    // The first op in time (it sets up what the algorithm keeps), the
+    // second with rank 1 late.
+    for (int round = 0; round < 2; ++round) {
+      if (rank == 1 && round == 1) std::this_thread::sleep_for(3s);
+      std::vector<float> x(64, float(rank + 1));
+      col::allreduce(col::view_of(x), "long-op", opts);
+      log.expect(x[0] == 3.0f && x[63] == 3.0f,
+                 "allreduce gave " + std::to_string(x[0]));
+    }
+    col::destroy_collective_group("long-op");
+  });
+  test::check_ranks(results);
 }
 
 TEST_CASE("a handle kept from get_group refuses every op after "

@@ -75,7 +75,8 @@ TEST_CASE("torchrun's agent store on MASTER_PORT moves ours to the next "
   CHECK(info.store.port == 29501);
 }
 
-TEST_CASE("Open MPI's and Slurm's variables give rank, size and local rank") {
+TEST_CASE("Open MPI's, Slurm's and MPICH's variables give rank, size and "
+          "local rank") {
   auto mpi = read_ok({{"OMPI_COMM_WORLD_RANK", "3"},
                       {"OMPI_COMM_WORLD_SIZE", "8"},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
@@ -99,6 +100,25 @@ TEST_CASE("Open MPI's and Slurm's variables give rank, size and local rank") {
   CHECK(slurm.store.host == "::1");
   CHECK(slurm.store.port == 7001);
   CHECK_FALSE(slurm.store.rank0_serves);
+  // MPICH's and Intel MPI's mpiexec (Hydra).
+  auto hydra = read_ok({{"PMI_RANK", "2"},
+                        {"PMI_SIZE", "4"},
+                        {"MPI_LOCALRANKID", "0"},
+                        {"CAF_COLLECTIVE_STORE", "tcp://node2:7002"},
+                        {"CAF_COLLECTIVE_SECRET", "x"}});
+  CHECK(hydra.launcher == "mpiexec");
+  CHECK(hydra.rank == 2);
+  CHECK(hydra.world_size == 4);
+  CHECK(hydra.local_rank == 0);
+  CHECK(hydra.store.host == "node2");
+  // srun starting an MPICH program sets both: Slurm's variables decide.
+  auto both = read_ok({{"SLURM_PROCID", "1"},
+                       {"SLURM_NTASKS", "2"},
+                       {"PMI_RANK", "1"},
+                       {"PMI_SIZE", "2"},
+                       {"CAF_COLLECTIVE_STORE", "tcp://node3:7003"},
+                       {"CAF_COLLECTIVE_SECRET", "x"}});
+  CHECK(both.launcher == "srun");
 }
 
 TEST_CASE("our own variables win over a launcher's") {
@@ -212,6 +232,9 @@ const char* launcher_vars[] = {
   "SLURM_NNODES",
   "SLURM_JOB_ID",
   "SLURM_STEP_ID",
+  "PMI_RANK",
+  "PMI_SIZE",
+  "MPI_LOCALRANKID",
 };
 
 /// Starts the rank process with this test's environment minus every

@@ -330,6 +330,10 @@ TEST_CASE("dtypes map to dlpack and back") {
   auto vec = col::from_dlpack_dtype({kDLFloat, 32, 4});
   REQUIRE_FALSE(vec);
   CHECK(col::code_of(vec.error()) == col::errc::unsupported);
+  // kDLBool (code 6 since DLPack 0.8): bool tensors travel as uint8.
+  auto flags = col::from_dlpack_dtype({6, 8, 1});
+  REQUIRE(flags);
+  CHECK(*flags == col::dtype::uint8);
 }
 
 TEST_CASE("view_of accepts compact strides and rejects others") {
@@ -359,6 +363,15 @@ TEST_CASE("view_of accepts compact strides and rejects others") {
   auto bad2 = col::view_of(dl);
   REQUIRE_FALSE(bad2);
   CHECK(col::code_of(bad2.error()) == col::errc::invalid_argument);
+  // No elements: any strides (torch.empty(3, 0) has {1, 1}).
+  int64_t no_columns[2] = {3, 0};
+  int64_t torch_strides[2] = {1, 1};
+  dl.shape = no_columns;
+  dl.strides = torch_strides;
+  auto empty = col::view_of(dl);
+  REQUIRE(empty);
+  CHECK(empty->numel() == 0);
+  dl.shape = shape;
   dl.strides = nullptr;
   dl.device = {kDLOpenCL, 0};
   auto other_device = col::view_of(dl);

@@ -32,16 +32,27 @@ member_scope::table& table_of_caller() {
   return current_table != nullptr ? *current_table : process_table();
 }
 
-// The store the environment names (CAF_COLLECTIVE_STORE, MASTER_ADDR and
-// MASTER_PORT: see launch.hpp), else an in-process store.
+// The store the environment gives (a launcher's, or CAF_COLLECTIVE_STORE,
+// MASTER_ADDR and MASTER_PORT: see launch.hpp), else an in-process store.
 rendezvous_store_ptr default_store(std::string_view group_name, int rank,
                                    milliseconds timeout) {
-  auto addr = read_store_environment([](const char* var) -> const char* {
+  auto env = [](const char* var) -> const char* {
     const char* v = std::getenv(var);
     return v != nullptr && *v != '\0' ? v : nullptr;
-  });
-  if (!addr) throw collective_error{addr.error()};
-  auto store = open_group_store(*addr, group_name, rank, timeout);
+  };
+  // Under a launcher: its store, the one init_collective_group_from_env
+  // uses (mpirun's and srun's on one host derive one without any address),
+  // served by the launcher's rank 0. A subgroup's rank 0 may live in
+  // another process, which would try to bind the same address. Without a
+  // launcher: the store the variables name, served by the group's rank 0.
+  auto store = [&]() -> caf::expected<rendezvous_store_ptr> {
+    if (auto launched = read_launch_environment(env))
+      return open_group_store(launched->store, group_name, launched->rank,
+                              timeout);
+    auto addr = read_store_environment(env);
+    if (!addr) throw collective_error{addr.error()};
+    return open_group_store(*addr, group_name, rank, timeout);
+  }();
   if (!store) throw collective_error{store.error()};
   if (*store) return std::move(*store);
   return shared_in_process_store(std::string{group_name});

@@ -24,13 +24,16 @@ struct launcher_vars {
 
 // In order of precedence: our own launcher's variables first, so a program
 // started by caf_collective_run inside an mpirun or Slurm job follows it.
-constexpr std::array<launcher_vars, 4> launchers{{
+// MPICH's and Intel MPI's mpiexec (Hydra) come last: srun sets PMI_RANK
+// too when it starts an MPICH program, and its own variables say more.
+constexpr std::array<launcher_vars, 5> launchers{{
   {"caf_collective", "CAF_COLLECTIVE_RANK", "CAF_COLLECTIVE_WORLD_SIZE",
    "CAF_COLLECTIVE_LOCAL_RANK"},
   {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
   {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
    "OMPI_COMM_WORLD_LOCAL_RANK"},
   {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  {"mpiexec", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
 }};
 
 caf::error malformed(const char* var, const std::string& value,
@@ -213,8 +216,9 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
                       "CAF_COLLECTIVE_RANK and CAF_COLLECTIVE_WORLD_SIZE, or "
                       "start it with caf_collective_run, torchrun (RANK, "
                       "WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, "
-                      "OMPI_COMM_WORLD_SIZE) or srun (SLURM_PROCID, "
-                      "SLURM_NTASKS)");
+                      "OMPI_COMM_WORLD_SIZE), srun (SLURM_PROCID, "
+                      "SLURM_NTASKS) or MPICH's or Intel MPI's mpiexec "
+                      "(PMI_RANK, PMI_SIZE)");
   info.launcher = found->name;
   if (env(found->size) == nullptr)
     return make_error(errc::invalid_argument,

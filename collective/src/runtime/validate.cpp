@@ -61,6 +61,23 @@ problem check_same_type(const call_site& at, const tensor_view& in,
   return {};
 }
 
+// alltoall(v) takes the same buffer as input and output (in place: each
+// backend works from a copy of the input), or two buffers apart. Buffers
+// that overlap otherwise would have blocks overwritten before they are
+// sent.
+problem check_apart_or_same(const call_site& at, const tensor_view& in,
+                            const tensor_view& out) {
+  if (in.nbytes() == 0 || out.nbytes() == 0 || in.data() == out.data())
+    return {};
+  auto in_begin = reinterpret_cast<uintptr_t>(in.data());
+  auto out_begin = reinterpret_cast<uintptr_t>(out.data());
+  if (in_begin < out_begin + out.nbytes() && out_begin < in_begin + in.nbytes())
+    return invalid(at, "input and output overlap but do not start at the "
+                       "same address: pass one buffer as both (in place) or "
+                       "two that do not overlap");
+  return {};
+}
+
 problem check_rank(const call_site& at, const char* what, int value) {
   if (value < 0 || value >= at.world_size)
     return invalid(at, std::string{what} + " " + std::to_string(value) +
@@ -331,7 +348,8 @@ caf::error check_alltoall(const call_site& at, const tensor_view& in,
   if (auto err = first_of(
         check_buffer(at, "input", in), check_buffer(at, "output", out),
         check_same_type(at, in, out),
-        check_count(at, "output", out, in.numel(), "same as the input")))
+        check_count(at, "output", out, in.numel(), "same as the input"),
+        check_apart_or_same(at, in, out)))
     return std::move(*err);
   if (in.numel() % at.world_size != 0)
     return invalid(at, "input has " + describe(in) +
@@ -343,11 +361,11 @@ caf::error check_alltoall(const call_site& at, const tensor_view& in,
 caf::error check_alltoallv(const call_site& at, const tensor_view& in,
                            const tensor_view& out,
                            const alltoallv_options& opts) {
-  if (auto err =
-        first_of(check_counts_vector(at, "send_counts", opts.send_counts),
-                 check_counts_vector(at, "recv_counts", opts.recv_counts),
-                 check_buffer(at, "input", in), check_buffer(at, "output", out),
-                 check_same_type(at, in, out)))
+  if (auto err = first_of(
+        check_counts_vector(at, "send_counts", opts.send_counts),
+        check_counts_vector(at, "recv_counts", opts.recv_counts),
+        check_buffer(at, "input", in), check_buffer(at, "output", out),
+        check_same_type(at, in, out), check_apart_or_same(at, in, out)))
     return std::move(*err);
   // Sequenced: the size checks read the sums.
   size_t sent = 0;

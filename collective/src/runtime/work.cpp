@@ -1,5 +1,6 @@
 #include "caf_collective/work.hpp"
 
+#include "caf_collective/error.hpp"
 #include "runtime/work_state.hpp"
 
 namespace caf_collective {
@@ -22,6 +23,17 @@ void work_state::complete(caf::error err) {
 
 } // namespace detail
 
+namespace {
+
+// What a default-constructed handle, which refers to no op, reports.
+caf::error no_operation() {
+  return make_error(errc::invalid_argument,
+                    "this work handle refers to no operation (it was "
+                    "default-constructed, not returned by an op)");
+}
+
+} // namespace
+
 work::work(std::shared_ptr<detail::work_state> state)
   : state_(std::move(state)) {
   // nop
@@ -41,11 +53,12 @@ uint64_t work::seq() const noexcept {
 }
 
 bool work::ready() const {
-  return done_here_ || state_->done();
+  return done_here_ || !state_ || state_->done();
 }
 
 caf::error work::wait() const {
   if (done_here_) return err_here_;
+  if (!state_) return no_operation();
   if (!state_->done()) {
     std::unique_lock<std::mutex> guard{state_->mtx_};
     state_->cv_.wait(guard, [this] { return state_->done(); });
@@ -54,7 +67,7 @@ caf::error work::wait() const {
 }
 
 bool work::wait_for(std::chrono::milliseconds timeout) const {
-  if (done_here_ || state_->done()) return true;
+  if (done_here_ || !state_ || state_->done()) return true;
   std::unique_lock<std::mutex> guard{state_->mtx_};
   return state_->cv_.wait_for(guard, timeout,
                               [this] { return state_->done(); });
@@ -63,6 +76,10 @@ bool work::wait_for(std::chrono::milliseconds timeout) const {
 void work::on_complete(callback fn) const {
   if (done_here_) {
     fn(err_here_);
+    return;
+  }
+  if (!state_) {
+    fn(no_operation());
     return;
   }
   {

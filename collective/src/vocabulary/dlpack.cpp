@@ -1,10 +1,20 @@
 #include "caf_collective/dlpack.hpp"
 
+#include <algorithm>
+
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
 
 namespace caf_collective {
+
+namespace {
+
+// kDLBool of DLPack 0.8 and later (torch exports bool tensors with it);
+// the DLPack 0.6 header Debian ships does not name it yet.
+constexpr int dlpack_bool_code = 6;
+
+} // namespace
 
 caf::expected<dtype> from_dlpack_dtype(DLDataType type) {
   auto refuse = [&] {
@@ -31,6 +41,9 @@ caf::expected<dtype> from_dlpack_dtype(DLDataType type) {
       break;
     case kDLBfloat:
       if (type.bits == 16) return dtype::bfloat16;
+      break;
+    case dlpack_bool_code:
+      if (type.bits == 8) return dtype::uint8; // one byte per bool
       break;
     default: break;
   }
@@ -67,7 +80,11 @@ caf::expected<tensor_view> view_of(const DLTensor& in) {
     return make_error(errc::invalid_argument, "DLPack tensor without shape");
   shape_type shape(in.shape, in.shape + in.ndim);
   // Null strides mean compact row-major; otherwise check that they are.
-  if (in.strides != nullptr) {
+  // A tensor without elements has no layout to check (torch gives
+  // torch.empty(3, 0) the strides {1, 1}).
+  bool empty = std::any_of(shape.begin(), shape.end(),
+                           [](int64_t extent) { return extent == 0; });
+  if (in.strides != nullptr && !empty) {
     int64_t expected = 1;
     for (int i = in.ndim - 1; i >= 0; --i) {
       if (shape[i] != 1 && in.strides[i] != expected)

@@ -127,6 +127,10 @@ class gloo_backend : public backend {
   /// Fails every connection of the context (abort).
   void fail_connections() noexcept;
 
+  /// alltoall(v): the bytes to send, `in`'s own or, in place (`in` is
+  /// `out`), a copy of them in the scratch buffer.
+  uint8_t* apart_from_output(const tensor_view& in, const tensor_view& out);
+
   /// `aborted`, naming the op and the abort's reason.
   caf::error aborted_error(op_kind op, const op_call& call);
 

@@ -129,6 +129,16 @@ caf::error gloo_backend::scatter(const op_call& call, const tensor_view& in,
   });
 }
 
+// Gloo's alltoall(v) receives into block j of the output while block j of
+// the input may not be sent yet: in place, it sends from a copy.
+uint8_t* gloo_backend::apart_from_output(const tensor_view& in,
+                                         const tensor_view& out) {
+  if (in.data() != out.data() || in.nbytes() == 0) return bytes_of(in);
+  auto* copy = scratch_.reserve(in.nbytes());
+  std::memcpy(copy, in.data(), in.nbytes());
+  return reinterpret_cast<uint8_t*>(copy);
+}
+
 caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const alltoall_options&) {
@@ -139,7 +149,7 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
     tag_and_timeout(opts, call,
                     agreement_key({uint64_t(op_kind::alltoall), in.numel(),
                                    uint64_t(in.type())}));
-    opts.setInput(bytes_of(in), in.nbytes());
+    opts.setInput(apart_from_output(in, out), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::alltoall(opts);
   });
@@ -165,7 +175,7 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
     tag_and_timeout(
       opts, call,
       agreement_key({uint64_t(op_kind::alltoallv), uint64_t(in.type())}));
-    opts.setInput(bytes_of(in), to_bytes(vopts.send_counts));
+    opts.setInput(apart_from_output(in, out), to_bytes(vopts.send_counts));
     opts.setOutput(bytes_of(out), to_bytes(vopts.recv_counts));
     gloo::alltoallv(opts);
   });

@@ -194,10 +194,20 @@ caf::error peer_check::run(rendezvous_store& store, const std::string& host,
     if (auto err =
           store.set(checked_key(rank_, peer), {where.begin(), where.end()}))
       return err;
+  // A value other than this rank's address is a confirmation left by an
+  // earlier formation of a group of this name on this store (destroyed and
+  // formed again): read again until the peer's own comes.
   std::vector<int> unconfirmed;
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
-    auto seen = read_key(store, checked_key(peer, rank_), time_left(deadline));
+    auto key = checked_key(peer, rank_);
+    auto seen = read_key(store, key, time_left(deadline));
+    auto retry = milliseconds{5};
+    while (seen && *seen && **seen != mine && clock::now() < deadline) {
+      std::this_thread::sleep_for(std::min(retry, time_left(deadline)));
+      retry = std::min(retry * 2, milliseconds{100});
+      seen = read_key(store, key, milliseconds{0});
+    }
     if (!seen) return seen.error();
     if (!*seen || **seen != mine) unconfirmed.push_back(peer);
   }

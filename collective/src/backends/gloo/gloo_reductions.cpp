@@ -11,8 +11,8 @@
 #include <gloo/barrier.h>
 #include <gloo/reduce.h>
 
-#include "backends/gloo/gloo_backend.hpp"
 #include "backends/common/reduce_kernels.hpp"
+#include "backends/gloo/gloo_backend.hpp"
 #include "backends/gloo/slots.hpp"
 
 namespace caf_collective::detail {
@@ -135,10 +135,12 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
                                      uint64_t pass) {
   auto bytes = count * size_of(carrier);
   // Legacy algorithms wait with the timeout their pairs were created with
-  // (the group's); an op with a shorter deadline takes the options API,
-  // which honours per-op timeouts.
+  // (the group's); an op with a deadline of its own, shorter or longer,
+  // takes the options API, which honours per-op timeouts. Ranks that pass
+  // different timeouts thus pick different algorithms and fail together
+  // (docs/api.md asks for the same options on every rank).
   if (algorithm == allreduce_algorithm::automatic) {
-    bool legacy_ok = call.timeout >= context_->getTimeout();
+    bool legacy_ok = call.timeout == context_->getTimeout();
     if (!legacy_ok || bytes > medium_allreduce_bytes)
       algorithm = allreduce_algorithm::ring_options_api;
     else if (world_size_ == 2)

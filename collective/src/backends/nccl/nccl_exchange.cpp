@@ -154,10 +154,28 @@ caf::error nccl_scatter(nccl_clique& c, const nccl_step_ctx& ctx, views in,
   return c.run(ctx, enqueue);
 }
 
+namespace {
+
+// NCCL receives block j while block j of the input may not be sent yet,
+// and a device copy of the input is not kept: in place is refused.
+caf::error refuse_in_place(const nccl_step_ctx& ctx, views in, views out,
+                           const char* op) {
+  for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+    if (in[i].nbytes() > 0 && in[i].data() == out[i].data())
+      return make_error(errc::invalid_argument, ctx.where,
+                        std::string{op} +
+                          " in place is not supported on nccl: pass an "
+                          "output buffer apart from the input");
+  return {};
+}
+
+} // namespace
+
 caf::error nccl_alltoall(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                          views out) {
   if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
   if (auto err = check_side(c, ctx, out, "out", every_rank)) return err;
+  if (auto err = refuse_in_place(ctx, in, out, "alltoall")) return err;
   auto nranks = static_cast<size_t>(c.nranks());
   auto native = c.paths().native_alltoall;
   auto enqueue = [&](nccl_slot& s, size_t i) -> caf::error {
@@ -180,6 +198,7 @@ caf::error nccl_alltoallv(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                           const std::vector<size_t>& recv_counts) {
   if (auto err = check_side(c, ctx, in, "in", every_rank)) return err;
   if (auto err = check_side(c, ctx, out, "out", every_rank)) return err;
+  if (auto err = refuse_in_place(ctx, in, out, "alltoallv")) return err;
   auto nranks = static_cast<size_t>(c.nranks());
   if (send_counts.size() != nranks || recv_counts.size() != nranks)
     return make_error(errc::invalid_argument, ctx.where,
