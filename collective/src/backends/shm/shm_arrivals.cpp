@@ -132,8 +132,11 @@ void arrival_hub::fail(int r, errc code, const std::string& text) {
 }
 
 void arrival_hub::fail_aborted(int r, int own, int by, errc cause) {
-  if (r == own) {
-    fail(r, errc::aborted, "backend aborted: " + at(own).abort_reason);
+  // The aborter's own op ends with its caller's reason, whichever rank
+  // ends it: a rank whose op failed on the mark aborts too, and may sweep
+  // before the aborter does. Its reason was written before its mark.
+  if (r == own || r == by) {
+    fail(r, errc::aborted, "backend aborted: " + at(r).abort_reason);
     return;
   }
   fail(r, cause == errc::timeout ? errc::timeout : errc::peer_lost,

@@ -88,9 +88,10 @@ class arrival_hub {
   /// Ends rank `r`'s claimed op because the group was aborted: rank `by`
   /// aborted first, for `cause` (the failure that made it give up, or
   /// `aborted` when its caller asked). `own` is a rank that aborted too and
-  /// whose reason is known here (`by` itself, or the caller of abort): its
-  /// op ends with `aborted` and its caller's reason, every other one with
-  /// the loss of `by` (or the same timeout, when `by` timed out).
+  /// whose reason is known here (`by` itself, or the caller of abort): the
+  /// ops of `own` and `by` end with `aborted` and their callers' reasons,
+  /// every other one with the loss of `by` (or the same timeout, when `by`
+  /// timed out).
   void fail_aborted(int r, int own, int by, errc cause);
 
   /// Claims and ends every op in flight as fail_aborted does: rank `own`

@@ -409,6 +409,10 @@ void shm_backend::stop_reading(const op_state& st) noexcept {
 
 caf::error shm_backend::leave_after(caf::error err) {
   if (direct_ || single_copy_) {
+    // This rank reads nothing more: two ranks that fail at once (a third
+    // died while both read from it) must not wait for each other.
+    announce();
+    seg_.control(rank_).reading.store(0, std::memory_order_release);
     abort(render(err));
     // Also when an abort from another thread came first: that one may
     // still be waiting, and this op's caller frees its buffers next.
