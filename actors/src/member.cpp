@@ -106,7 +106,6 @@ struct member_group {
   // By key: the driver's sequence number for driver-run groups, the
   // member's own count for members-run groups (a group has one source).
   std::map<uint64_t, inflight> ops;
-  uint64_t next_own_key = 0;
   /// The key of the object op running on its thread (0: none). Ops started
   /// after it wait until it finished: its own tensor ops must come first.
   uint64_t job_running = 0;
@@ -142,6 +141,10 @@ struct member_state {
   object_store_ptr store;
   caf::expected<collective_settings> settings{collective_settings{}};
   std::map<std::string, member_group> groups;
+  // Keys of member-initiated ops: increasing over the member's life, not
+  // per membership, so a timer of an op of an earlier membership of the
+  // same group (form_wait_atom) never matches an op of a later one.
+  uint64_t own_keys = 0;
 
   ~member_state() {
     for (auto& [name, g] : groups)
@@ -409,7 +412,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     auto planned = plan_member_op(*g, st->store, addr, req);
     if (!planned) return answer.deliver(std::move(planned.error()));
     planned->answer->address_to(std::move(answer));
-    auto key = ++g->next_own_key;
+    auto key = ++st->own_keys;
     enqueue(*g, key, std::move(*planned));
     bound_init_wait(*g, key);
   };
@@ -420,7 +423,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     inflight op;
     op.job = std::move(req.job);
     op.rp = std::move(answer);
-    auto key = ++g->next_own_key;
+    auto key = ++st->own_keys;
     forget_answered(*g);
     g->ops.emplace(key, std::move(op));
     launch(req.group, key);

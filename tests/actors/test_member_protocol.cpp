@@ -312,3 +312,37 @@ TEST_CASE("member path: an op waiting for an init that never comes fails "
   CHECK(contains(col::render(out->err), "group 'orphan' allreduce"));
   CHECK(contains(col::render(out->err), "never started its formation"));
 }
+
+TEST_CASE("member path: the init wait of an op of an earlier membership "
+          "does not end an op of a later membership of the same group") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("again", col::op_source::members, out);
+  caf::anon_send(m, go_atom::value, std::string{"again"},
+                 std::vector<float>{1});
+  f.run();
+  f.sched.advance_time(3s);
+  f.run();
+  // Leaving fails the first op; joining again queues the second.
+  caf::anon_send(m, col::leave_atom::value, std::string{"again"});
+  f.run();
+  REQUIRE(out->answers == 1);
+  col::group_spec spec;
+  spec.name = "again";
+  spec.world_size = 2;
+  spec.timeout = 5s;
+  spec.ops_from = col::op_source::members;
+  caf::anon_send(m, col::join_atom::value, col::membership_of(spec, 0));
+  caf::anon_send(m, go_atom::value, std::string{"again"},
+                 std::vector<float>{1});
+  f.run();
+  // The first op's timer fires now, 6 s after it started.
+  f.sched.advance_time(3s);
+  f.run();
+  CHECK(out->answers == 1);
+  // The second op's, 6 s after it started.
+  f.sched.advance_time(3s);
+  f.run();
+  REQUIRE(out->answers == 2);
+  CHECK(col::code_of(out->err) == col::errc::timeout);
+}
