@@ -91,6 +91,19 @@ struct fixture {
   // Runs every actor until no message is left; moves no time.
   size_t run() { return testing_scheduler::run_all(sched); }
 
+  // Moves the clock by `dt`, delivering what fell due, then runs.
+  void advance(caf::timespan dt) {
+    sched.advance_time(dt);
+    run();
+  }
+
+  // Sends `who` (go, group, values) and runs every actor.
+  void go(const caf::actor& who, const std::string& group,
+          std::vector<float> values) {
+    caf::anon_send(who, go_atom::value, group, std::move(values));
+    run();
+  }
+
   // Sends `who` (go, group, values), runs every actor and returns the text
   // of the error its op ended in, after checking that it is the first
   // answer and has the code `want`.
@@ -104,15 +117,23 @@ struct fixture {
     return col::render(out->err);
   }
 
-  // A member of the 2-rank group `name` (rank 0) whose ops come from `from`.
-  caf::actor member(const std::string& name, col::op_source from,
-                    result_ptr out) {
+  // Rank 0's membership of the 2-rank group `name` (timeout 5 s) whose ops
+  // come from `from`.
+  static col::membership rank0_of(const std::string& name,
+                                  col::op_source from) {
     col::group_spec spec;
     spec.name = name;
     spec.world_size = 2;
     spec.timeout = 5s;
     spec.ops_from = from;
-    auto a = col::spawn_member(sys, driver, {col::membership_of(spec, 0)},
+    return col::membership_of(spec, 0);
+  }
+
+  // A member of the 2-rank group `name` (rank 0) whose ops come from `from`,
+  // registered with `to` (default: the stand-in driver).
+  caf::actor member(const std::string& name, col::op_source from,
+                    result_ptr out, caf::actor to = nullptr) {
+    auto a = col::spawn_member(sys, to ? to : driver, {rank0_of(name, from)},
                                starter, out);
     spawned.push_back(a);
     run();
@@ -264,30 +285,18 @@ TEST_CASE("member path: an op queued before init fails when the driver's "
   fixture f;
   auto driver = col::spawn_driver(f.sys);
   f.spawned.push_back(driver);
-  col::group_spec spec;
-  spec.name = "half";
-  spec.world_size = 2;
-  spec.timeout = 5s;
-  spec.ops_from = col::op_source::members;
   auto out = std::make_shared<own_result>();
   // Rank 1 never comes: the driver never sends init, and its abort names
   // the group's generation while the member still holds none.
-  auto m = col::spawn_member(f.sys, driver, {col::membership_of(spec, 0)},
-                             starter, out);
-  f.spawned.push_back(m);
-  f.run();
-  caf::anon_send(m, go_atom::value, std::string{"half"},
-                 std::vector<float>{1, 2});
-  f.run();
+  auto m = f.member("half", col::op_source::members, out, driver);
+  f.go(m, "half", {1, 2});
   CHECK(out->answers == 0);
-  f.sched.advance_time(5s + 200ms); // the timeout and the driver's grace
-  f.run();
+  f.advance(5s + 200ms); // the timeout and the driver's grace
   REQUIRE(out->answers == 1);
   CHECK(col::code_of(out->err) == col::errc::timeout);
   CHECK(contains(col::render(out->err), "ranks [1] never registered"));
   // The member knows its group failed: the next op is refused at once.
-  caf::anon_send(m, go_atom::value, std::string{"half"}, std::vector<float>{1});
-  f.run();
+  f.go(m, "half", {1});
   CHECK(out->answers == 2);
   CHECK(contains(col::render(out->err), "ranks [1] never registered"));
 }
@@ -299,14 +308,10 @@ TEST_CASE("member path: an op waiting for an init that never comes fails "
   // The stand-in driver neither forms nor fails the group, as a driver on
   // a lost node would.
   auto m = f.member("orphan", col::op_source::members, out);
-  caf::anon_send(m, go_atom::value, std::string{"orphan"},
-                 std::vector<float>{1, 2});
-  f.run();
-  f.sched.advance_time(5s + 999ms);
-  f.run();
+  f.go(m, "orphan", {1, 2});
+  f.advance(5s + 999ms);
   CHECK(out->answers == 0);
-  f.sched.advance_time(1ms);
-  f.run();
+  f.advance(1ms);
   REQUIRE(out->answers == 1);
   CHECK(col::code_of(out->err) == col::errc::timeout);
   CHECK(contains(col::render(out->err), "group 'orphan' allreduce"));
@@ -318,31 +323,20 @@ TEST_CASE("member path: the init wait of an op of an earlier membership "
   fixture f;
   auto out = std::make_shared<own_result>();
   auto m = f.member("again", col::op_source::members, out);
-  caf::anon_send(m, go_atom::value, std::string{"again"},
-                 std::vector<float>{1});
-  f.run();
-  f.sched.advance_time(3s);
-  f.run();
+  f.go(m, "again", {1});
+  f.advance(3s);
   // Leaving fails the first op; joining again queues the second.
   caf::anon_send(m, col::leave_atom::value, std::string{"again"});
   f.run();
   REQUIRE(out->answers == 1);
-  col::group_spec spec;
-  spec.name = "again";
-  spec.world_size = 2;
-  spec.timeout = 5s;
-  spec.ops_from = col::op_source::members;
-  caf::anon_send(m, col::join_atom::value, col::membership_of(spec, 0));
-  caf::anon_send(m, go_atom::value, std::string{"again"},
-                 std::vector<float>{1});
-  f.run();
+  caf::anon_send(m, col::join_atom::value,
+                 fixture::rank0_of("again", col::op_source::members));
+  f.go(m, "again", {1});
   // The first op's timer fires now, 6 s after it started.
-  f.sched.advance_time(3s);
-  f.run();
+  f.advance(3s);
   CHECK(out->answers == 1);
   // The second op's, 6 s after it started.
-  f.sched.advance_time(3s);
-  f.run();
+  f.advance(3s);
   REQUIRE(out->answers == 2);
   CHECK(col::code_of(out->err) == col::errc::timeout);
 }
