@@ -187,11 +187,6 @@ void report(const options& opts, std::vector<double> samples) {
               at(0.99), at(0.999), samples.back(), static_cast<long>(slow));
 }
 
-// How long one cache line takes to go to another thread and back, the floor
-// of every small op between two ranks. On a VM it depends on where the host
-// placed the vCPUs (two hyperthreads of one core, or two cores), which can
-// differ between launches and halve or double a small op's time: a launch's
-// figures compare with another's only when this line does.
 // Waits until `ball` holds `value` or `stop`, and returns what it holds.
 // Yields now and then: on a loaded machine the peer may wait for this CPU,
 // and pure spinning would cost a whole time slice per trip.
@@ -206,6 +201,11 @@ int wait_for_ball(const std::atomic<int>& ball, int value, int stop) {
   }
 }
 
+// How long one cache line takes to go to another thread and back, the floor
+// of every small op between two ranks. On a VM it depends on where the host
+// placed the vCPUs (two hyperthreads of one core, or two cores), which can
+// differ between launches and halve or double a small op's time: a launch's
+// figures compare with another's only when this line does.
 std::string line_round_trip() {
   // With one CPU every trip would wait for a time slice.
   if (std::thread::hardware_concurrency() < 2) return "one CPU only";

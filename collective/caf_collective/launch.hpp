@@ -60,6 +60,10 @@ struct launch_info {
 /// Looks a variable up; returns null when it is not set.
 using env_lookup = std::function<const char*(const char*)>;
 
+/// This process's environment (std::getenv); a variable set to the empty
+/// string counts as not set.
+const char* process_environment(const char* var);
+
 /// Reads the store's address only (no rank needed). Fails with
 /// invalid_argument naming the variable that is malformed, or the secret
 /// that is missing for a TCP store.

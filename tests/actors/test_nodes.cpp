@@ -231,14 +231,20 @@ struct fixture {
     return result;
   }
 
-  // Whether rank `rank`'s node lets go of `ref` within 10 s.
-  bool released_soon(int32_t rank, const col::object_ref& ref) {
+  // Whether `done()` holds within 10 s (polled every 20 ms).
+  template<class Pred>
+  static bool soon(Pred done) {
     auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (holds(rank, ref)) {
+    while (!done()) {
       if (std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::sleep_for(20ms);
     }
     return true;
+  }
+
+  // Whether rank `rank`'s node lets go of `ref` within 10 s.
+  bool released_soon(int32_t rank, const col::object_ref& ref) {
+    return soon([&] { return !holds(rank, ref); });
   }
 
   std::vector<float> read(int32_t rank, const col::object_ref& ref) {
@@ -509,10 +515,7 @@ TEST_CASE("an object handed to an actor of another node is released when "
   CHECK(fixture::wait_node(f.nodes[0], 10s) == -1);
   f.nodes.pop_back();
   // CAF ends the proxies of a lost node, which runs the owner's watch.
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (store->contains(*ref) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
-  CHECK(!store->contains(*ref));
+  CHECK(fixture::soon([&] { return !store->contains(*ref); }));
 }
 
 TEST_CASE("clients of a driver on another node - blocking ones and actors - "

@@ -2,7 +2,6 @@
 // asynchronous wrappers around group's operations.
 #include "caf_collective/api.hpp"
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -36,20 +35,16 @@ member_scope::table& table_of_caller() {
 // MASTER_ADDR and MASTER_PORT: see launch.hpp), else an in-process store.
 rendezvous_store_ptr default_store(std::string_view group_name, int rank,
                                    milliseconds timeout) {
-  auto env = [](const char* var) -> const char* {
-    const char* v = std::getenv(var);
-    return v != nullptr && *v != '\0' ? v : nullptr;
-  };
   // Under a launcher: its store, the one init_collective_group_from_env
   // uses (mpirun's and srun's on one host derive one without any address),
   // served by the launcher's rank 0. A subgroup's rank 0 may live in
   // another process, which would try to bind the same address. Without a
   // launcher: the store the variables name, served by the group's rank 0.
   auto store = [&]() -> caf::expected<rendezvous_store_ptr> {
-    if (auto launched = read_launch_environment(env))
+    if (auto launched = read_launch_environment())
       return open_group_store(launched->store, group_name, launched->rank,
                               timeout);
-    auto addr = read_store_environment(env);
+    auto addr = read_store_environment(process_environment);
     if (!addr) throw collective_error{addr.error()};
     return open_group_store(*addr, group_name, rank, timeout);
   }();

@@ -257,11 +257,13 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
   return info;
 }
 
+const char* process_environment(const char* var) {
+  const char* v = std::getenv(var);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
 caf::expected<launch_info> read_launch_environment() {
-  return read_launch_environment([](const char* var) -> const char* {
-    const char* v = std::getenv(var);
-    return v != nullptr && *v != '\0' ? v : nullptr;
-  });
+  return read_launch_environment(process_environment);
 }
 
 } // namespace caf_collective

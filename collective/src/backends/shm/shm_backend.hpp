@@ -363,11 +363,11 @@ class shm_backend : public backend {
   void stop_reading(const op_state& st) noexcept;
 
   /// An op of this rank failed (timeout, lost peer, abort) after it
-  /// published its buffers. In direct and single-copy mode peers read
-  /// them in place, and its caller may free them once the op returns: the
-  /// rank leaves the group as abort() does, so that peers arriving later
-  /// fail instead of reading, and waits until no peer reads any more.
-  /// Returns `err`.
+  /// published its buffers: records why (what an abort tells the peers).
+  /// In direct and single-copy mode peers read the buffers in place, and
+  /// the caller may free them once the op returns: the rank leaves the
+  /// group as abort() does, so that peers arriving later fail instead of
+  /// reading, and waits until no peer reads any more. Returns `err`.
   caf::error leave_after(caf::error err);
 
   /// Direct and single copy: waits (at most 5 s; a dead reader reads

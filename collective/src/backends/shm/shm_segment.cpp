@@ -101,17 +101,17 @@ caf::expected<segment> segment::create(const std::string& name, int world_size,
   // free space maps fine and fails later, mid-op, with SIGBUS (a
   // container's /dev/shm is 64 MiB by default): refuse it here instead.
   struct statvfs fs {};
-  if (statvfs("/dev/shm", &fs) == 0 &&
-      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize < bytes)
-    return make_error(
-      errc::backend_error,
-      "shared memory: a segment for " + std::to_string(world_size) +
-        " ranks needs " + std::to_string(bytes >> 20) +
-        " MiB, but /dev/shm has " +
-        std::to_string((static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) >>
-                       20) +
-        " MiB free (in a container: a larger --shm-size; else fewer ranks "
-        "per host, or backend gloo)");
+  if (statvfs("/dev/shm", &fs) == 0) {
+    auto free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free_bytes < bytes)
+      return make_error(
+        errc::backend_error,
+        "shared memory: a segment for " + std::to_string(world_size) +
+          " ranks needs " + std::to_string(bytes >> 20) +
+          " MiB, but /dev/shm has " + std::to_string(free_bytes >> 20) +
+          " MiB free (in a container: a larger --shm-size; else fewer ranks "
+          "per host, or backend gloo)");
+  }
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return system_error("cannot create", name);
   segment result;

@@ -138,14 +138,11 @@ caf::error shm_backend::pull(const op_state& st, int peer, uint64_t from,
     auto code = n < 0 ? errno : EFAULT;
     auto until = clock::now() + reason_wait;
     for (;;) {
-      if (auto err = failure_if_any(st.op, st.call, {peer})) {
-        failed_code_.store(code_of(err));
+      if (auto err = failure_if_any(st.op, st.call, {peer}))
         return leave_after(std::move(err));
-      }
       if (clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds{1});
     }
-    failed_code_.store(errc::peer_lost);
     return leave_after(
       make_error(errc::peer_lost, context(st.op, st.call),
                  "cannot read the buffer of rank " + std::to_string(peer) +

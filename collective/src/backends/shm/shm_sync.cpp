@@ -299,10 +299,8 @@ caf::error shm_backend::step(op_state& st) {
   // A rank that aborted may have stepped before: its op failed, so the
   // group is broken for this op too (small ops end with this step).
   if (seg_.header().abort_mark.load(std::memory_order_acquire) != 0)
-    if (auto err = failure_if_any(st.op, st.call, {})) {
-      failed_code_.store(code_of(err));
+    if (auto err = failure_if_any(st.op, st.call, {}))
       return leave_after(std::move(err));
-    }
   return {};
 }
 
@@ -392,11 +390,8 @@ caf::error shm_backend::start_reading(const op_state& st) {
   mine.store(1, std::memory_order_seq_cst);
   // Paired with abort(): either the aborting rank sees our mark and waits,
   // or we see its abort and read nothing.
-  if (auto err = failure_if_any(st.op, st.call, {})) {
-    mine.store(0, std::memory_order_release);
-    failed_code_.store(code_of(err));
-    return leave_after(std::move(err));
-  }
+  if (auto err = failure_if_any(st.op, st.call, {}))
+    return leave_after(std::move(err)); // which clears our mark too
   return {};
 }
 
@@ -408,6 +403,7 @@ void shm_backend::stop_reading(const op_state& st) noexcept {
 }
 
 caf::error shm_backend::leave_after(caf::error err) {
+  failed_code_.store(code_of(err));
   if (direct_ || single_copy_) {
     // This rank reads nothing more: two ranks that fail at once (a third
     // died while both read from it) must not wait for each other.
