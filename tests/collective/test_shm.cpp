@@ -113,17 +113,22 @@ namespace {
 /// rank 0 (a leaver) waits in a recv from rank 2. Once they are there,
 /// rank 2 gets `fault`; rank 0 gives up on it and destroys its group, and
 /// rank 1, waiting for rank 0 alone, must fail as `witness_args` expect.
+/// `witness_late`: rank 1 is stopped until rank 0's process has ended, so
+/// it notices rank 0's exit and its abort mark at once.
 void run_arrived_fault(const std::string& group, int fault_signal,
                        std::vector<std::string> leaver_args,
-                       std::vector<std::string> witness_args) {
+                       std::vector<std::string> witness_args,
+                       bool witness_late = false) {
   test::temp_dir dir;
   auto leaver = spawn("leaver", 3, 0, dir, group, std::move(leaver_args));
   auto witness = spawn("witness", 3, 1, dir, group, std::move(witness_args));
   auto arriver = spawn("arriver", 3, 2, dir, group);
   // Formation, the barrier and the arrival take well under this.
   std::this_thread::sleep_for(1000ms);
+  if (witness_late) kill(witness, SIGSTOP);
   kill(arriver, fault_signal);
   CHECK(test::wait_process(leaver, 30s) == 0);
+  if (witness_late) kill(witness, SIGCONT);
   CHECK(test::wait_process(witness, 30s) == 0);
   kill(arriver, SIGKILL);
   test::wait_process(arriver, 10s);
@@ -146,6 +151,14 @@ TEST_CASE("shm: a rank waiting only for a survivor that timed out says that "
   // rank 1's peers. Rank 0 left (timeout); rank 1 has no late ranks to name.
   run_arrived_fault("blame-timeout", SIGSTOP, {"timeout", "1500"},
                     {"20000", "rank 0 left the group (timeout)"});
+}
+
+TEST_CASE("shm: a survivor that left and then exited is reported as having "
+          "left, not as dead, by a rank that notices only afterwards") {
+  // As above, but rank 1 runs again only once rank 0's process has ended:
+  // rank 0 left word and its abort mark before it exited.
+  run_arrived_fault("left-exited", SIGSTOP, {"timeout", "1500"},
+                    {"20000", "rank 0 left the group (timeout)"}, true);
 }
 
 TEST_CASE("shm: abort from another thread wakes the waiting rank at once "

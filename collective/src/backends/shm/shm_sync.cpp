@@ -125,7 +125,14 @@ caf::error shm_backend::dead_peer_error(op_kind op, const op_call* call,
     std::vector<int> silent;
     for (int r = 0; r < world_size_; ++r)
       if (!left_word(r)) silent.push_back(r);
-    if (silent = gone_among(silent); !silent.empty()) dead = std::move(silent);
+    if (silent = gone_among(silent); !silent.empty())
+      dead = std::move(silent);
+    else if (first_aborter().rank >= 0)
+      // Only ranks that left word have gone, and the abort mark is whole:
+      // it says who left and why (the caller reads it). A process that
+      // exits after it left is no death to report, however soon this rank
+      // notices the exit.
+      return {};
   }
   if (dead.empty()) return {};
   return make_error(
