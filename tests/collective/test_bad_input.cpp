@@ -289,11 +289,25 @@ TEST_CASE("bad arguments fail before any data moves and the group stays "
                  [&] { col::allgatherv(in, agv_out, g, agv); });
     col::alltoallv_options atv;
     atv.send_counts = {2, 2, 2};
-    atv.recv_counts = {2, 2, 3};
+    atv.recv_counts = {2, 2, 2};
+    atv.recv_counts[static_cast<size_t>((rank + 1) % 3)] = 3;
     auto atv_out = test::make_tensor(f32, 6);
     expect_error(log, "alltoallv recv counts", col::errc::invalid_argument,
                  {g, "alltoallv", "7"},
                  [&] { col::alltoallv(in, atv_out, g, atv); });
+    // Sums that fit both buffers, but the block a rank keeps for itself
+    // would be copied with one size into a slot of another (no peer's
+    // agreement can see it).
+    col::alltoallv_options self_block;
+    self_block.send_counts = {2, 2, 2};
+    self_block.recv_counts = {2, 2, 2};
+    self_block.send_counts[static_cast<size_t>(rank)] = 3;
+    self_block.send_counts[static_cast<size_t>((rank + 1) % 3)] = 1;
+    auto own = std::to_string(rank);
+    expect_error(log, "alltoallv own block", col::errc::invalid_argument,
+                 {g, "alltoallv", "send_counts[" + own + "] = 3",
+                  "recv_counts[" + own + "] = 2"},
+                 [&] { col::alltoallv(in, atv_out, g, self_block); });
     // alltoall(v) buffers that overlap without being the same buffer.
     auto wide = test::make_tensor(f32, 9);
     auto shifted_in = wide.view().slice(0, 6);

@@ -839,6 +839,8 @@ bool locally_valid(const call& c, int r) {
           rc.size() != static_cast<size_t>(n) || !good_buffer(in) ||
           !good_buffer(out) || !same_type)
         return false;
+      // What a rank sends itself it must receive from itself.
+      if (sc[r] != rc[r]) return false;
       auto sent = fitting_sum(sc, in.type);
       auto received = fitting_sum(rc, in.type);
       return sent && received && mi.numel == *sent && mo.numel == *received;

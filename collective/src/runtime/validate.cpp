@@ -374,6 +374,17 @@ caf::error check_alltoallv(const call_site& at, const tensor_view& in,
         checked_sum(at, "send_counts", opts.send_counts, in.type(), sent),
         checked_sum(at, "recv_counts", opts.recv_counts, in.type(), received)))
     return std::move(*err);
+  // The block a rank keeps is copied, not exchanged: no peer's agreement
+  // key can catch a rank that sends itself more or less than it receives,
+  // and the copy would run past its output block (or leave it short).
+  auto me = static_cast<size_t>(at.rank);
+  if (opts.send_counts[me] != opts.recv_counts[me])
+    return invalid(at, "send_counts[" + std::to_string(at.rank) +
+                         "] = " + std::to_string(opts.send_counts[me]) +
+                         " but recv_counts[" + std::to_string(at.rank) +
+                         "] = " + std::to_string(opts.recv_counts[me]) +
+                         ": rank " + std::to_string(at.rank) +
+                         " must receive from itself what it sends itself");
   return settle(
     first_of(check_count(at, "input", in, sent, "sum of send_counts"),
              check_count(at, "output", out, received, "sum of recv_counts")));

@@ -41,11 +41,14 @@ exchange_plan plan_of(std::vector<size_t> send_counts,
   return plan;
 }
 
-caf::error enqueue_exchange(const nccl_step_ctx& ctx, nccl_slot& s,
+/// `moved` is the type of the elements exchanged, named by the caller: a
+/// rank off a scatter's root may pass an empty input of any type, and its
+/// receive must match the root's send byte for byte.
+caf::error enqueue_exchange(const nccl_step_ctx& ctx, nccl_slot& s, dtype moved,
                             const tensor_view& in, const tensor_view& out,
                             const exchange_plan& plan) {
-  auto type = to_nccl(in.type());
-  auto esize = size_of(in.type());
+  auto type = to_nccl(moved);
+  auto esize = size_of(moved);
   auto me = static_cast<size_t>(s.rank);
   auto nranks = plan.send_counts.size();
   if (plan.send_counts[me] > 0)
@@ -120,7 +123,7 @@ caf::error nccl_gather(nccl_clique& c, const nccl_step_ctx& ctx, views in,
     auto n = in[i].numel();
     if (n == 0) return {};
     if (!native)
-      return enqueue_exchange(ctx, s, in[i], out[i],
+      return enqueue_exchange(ctx, s, in[i].type(), in[i], out[i],
                               gather_plan(c.nranks(), s.rank, root, n));
     auto bufs = gather_buffers(is_root(s), in[i], out[i]);
     return launched(ctx, "ncclGather",
@@ -142,7 +145,7 @@ caf::error nccl_scatter(nccl_clique& c, const nccl_step_ctx& ctx, views in,
     auto n = out[i].numel();
     if (n == 0) return {};
     if (!native)
-      return enqueue_exchange(ctx, s, in[i], out[i],
+      return enqueue_exchange(ctx, s, out[i].type(), in[i], out[i],
                               scatter_plan(c.nranks(), s.rank, root, n));
     auto bufs = scatter_buffers(is_root(s), in[i], out[i]);
     return launched(ctx, "ncclScatter",
@@ -182,7 +185,7 @@ caf::error nccl_alltoall(nccl_clique& c, const nccl_step_ctx& ctx, views in,
     auto n = in[i].numel() / nranks;
     if (n == 0) return {};
     if (!native)
-      return enqueue_exchange(ctx, s, in[i], out[i],
+      return enqueue_exchange(ctx, s, in[i].type(), in[i], out[i],
                               plan_of(std::vector<size_t>(nranks, n),
                                       std::vector<size_t>(nranks, n)));
     return launched(ctx, "ncclAlltoAll",
@@ -207,7 +210,7 @@ caf::error nccl_alltoallv(nccl_clique& c, const nccl_step_ctx& ctx, views in,
                         std::to_string(nranks) + ")");
   auto plan = plan_of(send_counts, recv_counts);
   auto enqueue = [&](nccl_slot& s, size_t i) {
-    return enqueue_exchange(ctx, s, in[i], out[i], plan);
+    return enqueue_exchange(ctx, s, in[i].type(), in[i], out[i], plan);
   };
   return c.run(ctx, enqueue);
 }
