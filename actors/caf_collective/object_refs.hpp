@@ -41,17 +41,22 @@ caf::expected<object_ref> put_object(object_store& store, const T& obj,
 }
 
 /// The object a put_object ref (or a received copy of one) holds.
+/// The object stays pinned while it is decoded: releasing it meanwhile
+/// frees its bytes only once the read is done.
 template<class T>
 caf::expected<T> read_object(const object_store& store, const object_ref& ref,
                              caf::actor_system* sys = nullptr) {
-  auto view = store.get(ref);
-  if (!view) return std::move(view.error());
-  if (view->type() != dtype::uint8 || !view->dev().is_cpu())
+  // Pinned, not viewed: a release (or release_owned_by when the owner
+  // ends) must not free or recycle the bytes under the decoder.
+  auto pinned = store.pin(ref);
+  if (!pinned) return std::move(pinned.error());
+  const tensor_view& view = (*pinned)->view();
+  if (view.type() != dtype::uint8 || !view.dev().is_cpu())
     return make_error(errc::mismatch, "object " + std::to_string(ref.id) +
                                         " holds no object bytes (uint8, host)");
   T result{};
-  if (auto err = detail::decode_object(static_cast<const char*>(view->data()),
-                                       view->nbytes(), result, sys))
+  if (auto err = detail::decode_object(static_cast<const char*>(view.data()),
+                                       view.nbytes(), result, sys))
     return err;
   return result;
 }
@@ -66,30 +71,50 @@ inline std::vector<uint64_t> sizes_of(const std::vector<object_ref>& refs) {
 
 /// Splits the result of allgather_objects, `sizes[r]` bytes per rank, into
 /// the objects. Fails with mismatch naming the first rank whose bytes do
-/// not read as T (or with invalid_argument when the sizes do not add up).
+/// not read as T, or with invalid_argument when the sizes do not add up to
+/// the object's bytes (each is checked against the bytes left, so sizes
+/// whose sum wraps around fail too). The object stays pinned while it is
+/// read, as for read_object.
 template<class T>
 caf::expected<std::vector<T>> read_objects(const object_store& store,
                                            const object_ref& ref,
                                            const std::vector<uint64_t>& sizes,
                                            caf::actor_system* sys = nullptr) {
-  auto view = store.get(ref);
-  if (!view) return std::move(view.error());
-  uint64_t total = 0;
-  for (auto n : sizes)
-    total += n;
-  if (view->type() != dtype::uint8 || !view->dev().is_cpu() ||
-      view->nbytes() != total)
+  auto pinned = store.pin(ref);
+  if (!pinned) return std::move(pinned.error());
+  const tensor_view& view = (*pinned)->view();
+  auto object = "object " + std::to_string(ref.id);
+  if (view.type() != dtype::uint8 || !view.dev().is_cpu())
     return make_error(errc::invalid_argument,
-                      "object " + std::to_string(ref.id) + " holds " +
-                        std::to_string(view->nbytes()) +
-                        " bytes, the sizes add up to " + std::to_string(total));
-  std::vector<T> result(sizes.size());
-  auto* at = static_cast<const char*>(view->data());
+                      object + " holds no object bytes (uint8, host)");
+  // Sizes come from messages: never add them up unchecked.
+  uint64_t left = view.nbytes();
   for (size_t r = 0; r < sizes.size(); ++r) {
-    if (auto err = detail::decode_object(at, sizes[r], result[r], sys))
+    if (sizes[r] > left)
+      return make_error(errc::invalid_argument,
+                        object + " holds " + std::to_string(view.nbytes()) +
+                          " bytes, fewer than the sizes say: rank " +
+                          std::to_string(r) + "'s " + std::to_string(sizes[r]) +
+                          " bytes exceed the " + std::to_string(left) +
+                          " left after the ranks before it");
+    left -= sizes[r];
+  }
+  if (left != 0)
+    return make_error(errc::invalid_argument,
+                      object + " holds " + std::to_string(view.nbytes()) +
+                        " bytes, the sizes add up to " +
+                        std::to_string(view.nbytes() - left));
+  std::vector<T> result;
+  result.reserve(sizes.size());
+  auto* at = static_cast<const char*>(view.data());
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    // Decoded into a T of its own: std::vector<bool> has no bool& to give.
+    T x{};
+    if (auto err = detail::decode_object(at, sizes[r], x, sys))
       return make_error(errc::mismatch, "the object of rank " +
                                           std::to_string(r) +
                                           " does not read: " + render(err));
+    result.push_back(std::move(x));
     at += sizes[r];
   }
   return result;

@@ -200,14 +200,19 @@ class group : public std::enable_shared_from_this<group> {
   /// destroyed).
   static void abort_off_thread(std::shared_ptr<group> g, std::string why);
 
-  /// Blocks until every operation submitted so far has finished.
+  /// Blocks until every operation submitted so far has finished. Throws
+  /// collective_error (invalid_argument) when called on one of the group's
+  /// own lanes (from a completion callback): it would wait for itself.
   void drain();
 
   /// What destroy_collective_group does: refuses every later operation
   /// (errc::aborted, "destroyed"), waits for the submitted ones, then closes
   /// the backend in the calling thread (a healthy Gloo group meets its peers
   /// in its shutdown barrier first). Handles kept from get_group() stay
-  /// valid objects but run nothing more. Blocks; idempotent.
+  /// valid objects but run nothing more. Blocks; idempotent. Called on one
+  /// of the group's own lanes (from a completion callback) it returns at
+  /// once instead: later operations are refused, and the submitted ones and
+  /// the backend's shutdown finish on the lane.
   void close();
 
   /// Whether close() was called.

@@ -99,9 +99,15 @@ std::vector<T> decode_all(const object_call& call,
   caf::error failure;
   int source = -1;
   for (size_t r = 0; r < parts.size() && !failure; ++r) {
-    failure = decode_object(parts[r].data(), parts[r].size(), result[r],
-                            call.opts.system);
-    if (failure) source = static_cast<int>(r);
+    // Decoded into a T of its own, then moved in: std::vector<bool> hands
+    // out proxies, not the bool& decode_object takes.
+    T x{};
+    failure =
+      decode_object(parts[r].data(), parts[r].size(), x, call.opts.system);
+    if (failure)
+      source = static_cast<int>(r);
+    else
+      result[r] = std::move(x);
   }
   agree_on_decoding(call, failure, source);
   return result;

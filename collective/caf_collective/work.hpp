@@ -48,6 +48,19 @@ class work {
   /// thread of whichever rank arrived last, possibly inside that rank's own
   /// call), or right away in the caller if it is complete already. `fn`
   /// must not block; actors use it to send themselves a message.
+  ///
+  /// A callback that throws is contained: its exception is logged (logger
+  /// "caf_collective.work", error level, naming the op's sequence number)
+  /// and dropped, and the op's later callbacks still run. It never reaches
+  /// the thread that completes the op (a lane, where it would end the
+  /// process) nor the caller of on_complete on a handle that is complete
+  /// already.
+  ///
+  /// A callback may destroy the op's group (destroy_collective_group). On
+  /// one of the group's own lanes, close() cannot wait for that lane: it
+  /// refuses later ops at once and shuts the backend down on the lane,
+  /// after the ops still queued there (whose buffers must stay alive until
+  /// their own handles complete).
   void on_complete(callback fn) const;
 
  private:

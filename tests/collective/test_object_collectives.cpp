@@ -175,6 +175,31 @@ TEST_CASE("gather_object collects every rank's object on the root only") {
   });
 }
 
+TEST_CASE("allgather_object and gather_object of bool return every rank's "
+          "flag") {
+  // std::vector<bool> hands out proxies, not bool&: the results must still
+  // decode (and compile).
+  for (int world : {1, 2, 3}) {
+    INFO("world " << world);
+    run_ranks(world, "obj-bool", [world](int rank, rank_log& log) {
+      bool mine = rank % 2 == 0;
+      auto all = col::allgather_object(mine, "obj-bool");
+      auto on_root = col::gather_object(mine, 0, "obj-bool");
+      auto size = static_cast<size_t>(world);
+      log.expect(all.size() == size, "allgather: not one flag per rank");
+      log.expect(on_root.size() == (rank == 0 ? size : 0),
+                 "gather: " + std::to_string(on_root.size()) + " flags");
+      for (size_t r = 0; r < all.size(); ++r)
+        log.expect(all[r] == (r % 2 == 0),
+                   "allgather: flag of rank " + std::to_string(r));
+      for (size_t r = 0; r < on_root.size(); ++r)
+        log.expect(on_root[r] == (r % 2 == 0),
+                   "gather: flag of rank " + std::to_string(r));
+      log.checks += all.size() + on_root.size();
+    });
+  }
+}
+
 TEST_CASE("scatter_object hands rank r the root's object r") {
   run_ranks(3, "obj-scatter", [](int rank, rank_log& log) {
     std::vector<model_config> parts;

@@ -212,14 +212,32 @@ void group::track_pending(const std::shared_ptr<detail::work_state>& state,
   pending_.push_back({state, op, p2p});
 }
 
+namespace {
+
+// Completes once `target` ran every task posted to it so far.
+work lane_marker(detail::lane& target) {
+  auto state = std::make_shared<detail::work_state>(0);
+  target.post([state] { state->complete({}); });
+  return work{state};
+}
+
+} // namespace
+
 void group::drain() {
-  auto marker = [](detail::lane& target) {
-    auto state = std::make_shared<detail::work_state>(0);
-    target.post([state] { state->complete({}); });
-    return work{state};
-  };
-  auto main_done = marker(*lane_);
-  auto sends_done = marker(*send_lane_);
+  // On one of our own lanes (a completion callback) the marker would queue
+  // behind the very task this thread runs: refuse rather than wait forever.
+  if (lane_->on_lane() || send_lane_->on_lane()) {
+    error_context where;
+    where.group = cfg_.name;
+    where.rank = cfg_.rank;
+    where.world_size = cfg_.world_size;
+    throw collective_error{make_error(
+      errc::invalid_argument, where,
+      "drain() called on one of the group's own lanes (from a completion "
+      "callback) would wait for itself; drain from another thread")};
+  }
+  auto main_done = lane_marker(*lane_);
+  auto sends_done = lane_marker(*send_lane_);
   main_done.wait();
   sends_done.wait();
 }
@@ -229,15 +247,42 @@ void group::close() {
     std::lock_guard<std::mutex> guard{submit_mtx_};
     if (closed_.exchange(true)) return;
   }
-  drain();
-  backend_ptr victim;
-  {
-    std::lock_guard<std::mutex> guard{backend_mtx_};
-    if (backend_ && broken()) backend_->abort("destroying a broken group");
-    victim = std::move(backend_);
+  // Shuts the backend down once nothing runs on the lanes any more.
+  auto shut_down = [](group& g) {
+    backend_ptr victim;
+    {
+      std::lock_guard<std::mutex> guard{g.backend_mtx_};
+      if (g.backend_ && g.broken())
+        g.backend_->abort("destroying a broken group");
+      victim = std::move(g.backend_);
+    }
+    victim.reset();
+  };
+  if (lane_->on_lane() || send_lane_->on_lane()) {
+    // A completion callback destroys its own group: drain() here would wait
+    // for the task this thread is running, forever. Refusing would not do
+    // either: destroy_collective_group already took the group out of its
+    // table, and an exception from a callback is only logged. So the group
+    // closes without waiting: it refuses every later op from now on
+    // (closed_), the ops queued already still run in order, and the backend
+    // shuts down as the main lane's last task, once the send lane has run
+    // what was posted to it too. The task holds the group; this thread
+    // returns at once, and the process stays usable (the name may be
+    // initialized again meanwhile).
+    static auto& log = detail::logger_for("group");
+    log.info("group '{}' rank {}/{} closed from its own lane (a completion "
+             "callback): its queued ops and the backend's shutdown finish on "
+             "the lane",
+             cfg_.name, cfg_.rank, cfg_.world_size);
+    lane_->post([self = shared_from_this(), shut_down] {
+      lane_marker(*self->send_lane_).wait();
+      shut_down(*self);
+    });
+    return;
   }
+  drain();
   // Nothing runs on the lanes any more: shut the backend down here.
-  victim.reset();
+  shut_down(*this);
 }
 
 error_context group::context(op_kind op, int64_t seq) const noexcept {

@@ -1,11 +1,45 @@
 #include "caf_collective/work.hpp"
 
+#include <exception>
+
 #include "caf_collective/error.hpp"
 #include "runtime/work_state.hpp"
+#include "vocabulary/log.hpp"
 
 namespace caf_collective {
 
 namespace detail {
+
+namespace {
+
+// Runs one completion callback. A callback that throws must not end the
+// process (the lane runs callbacks from task_scope's destructor, which is
+// noexcept), take the other callbacks of its op with it, or surface in an
+// unrelated caller of on_complete: it is logged, naming the op's sequence
+// number (the handle knows no more of its op), and the next one runs.
+void run_callback(const work::callback& fn, const caf::error& err,
+                  uint64_t seq) noexcept {
+  auto report = [seq](const char* what) noexcept {
+    try {
+      static auto& log = logger_for("work");
+      log.error("a completion callback of op #{} threw ({}); the exception "
+                "is dropped and the remaining callbacks still run",
+                seq, what);
+    } catch (...) {
+      // Nowhere left to report to: dropping it is still better than
+      // std::terminate.
+    }
+  };
+  try {
+    fn(err);
+  } catch (const std::exception& e) {
+    report(e.what());
+  } catch (...) {
+    report("an exception of an unknown type");
+  }
+}
+
+} // namespace
 
 void work_state::complete(caf::error err) {
   std::vector<work::callback> callbacks;
@@ -18,7 +52,7 @@ void work_state::complete(caf::error err) {
   }
   cv_.notify_all();
   for (auto& fn : callbacks)
-    fn(err_);
+    run_callback(fn, err_, seq_);
 }
 
 } // namespace detail
@@ -75,11 +109,11 @@ bool work::wait_for(std::chrono::milliseconds timeout) const {
 
 void work::on_complete(callback fn) const {
   if (done_here_) {
-    fn(err_here_);
+    detail::run_callback(fn, err_here_, seq_here_);
     return;
   }
   if (!state_) {
-    fn(no_operation());
+    detail::run_callback(fn, no_operation(), 0);
     return;
   }
   {
@@ -89,7 +123,7 @@ void work::on_complete(callback fn) const {
       return;
     }
   }
-  fn(state_->err_);
+  detail::run_callback(fn, state_->err_, state_->seq());
 }
 
 } // namespace caf_collective
