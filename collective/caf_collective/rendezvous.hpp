@@ -13,8 +13,9 @@
 
 namespace caf_collective {
 
-/// A key-value store that every member of a group can reach. Keys are
-/// written once per group formation.
+/// A key-value store that every member of a group can reach. A formation
+/// writes its keys under a name of its own (docs/config.md, "Formations are
+/// named"): a store may serve many formations of one group.
 class rendezvous_store {
  public:
   virtual ~rendezvous_store();
@@ -48,8 +49,9 @@ rendezvous_store_ptr make_in_process_store();
 rendezvous_store_ptr shared_in_process_store(const std::string& name);
 
 /// A store in a directory of a file system every member can read (a local
-/// directory for processes on one machine, NFS across machines). Use a
-/// fresh, empty directory per group formation: keys are never removed.
+/// directory for processes on one machine, NFS across machines). Keys are
+/// never removed; formations never read each other's, so a directory may
+/// serve several.
 rendezvous_store_ptr make_file_store(std::string directory);
 
 /// A view of `base` that prefixes every key with `prefix` + "/".

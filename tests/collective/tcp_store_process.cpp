@@ -34,6 +34,8 @@
 
 #include <gloo/transport/tcp/address.h>
 
+#include "runtime/formation_round.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -127,7 +129,16 @@ int listen_on(uint16_t port) {
 }
 
 int fake_rank(char** args, int rank, long hold_ms) {
-  auto store = make_prefix_store("gloo/tcp", client(args));
+  // Joins the formation as every rank does first, then speaks Gloo's part.
+  col::detail::formation_seat seat;
+  seat.group = "tcp";
+  seat.rank = rank;
+  seat.world_size = 2;
+  seat.timeout = std::chrono::milliseconds{hold_ms};
+  seat.deadline = std::chrono::steady_clock::now() + seat.timeout;
+  auto joined = col::detail::join_formation(client(args), seat);
+  if (!joined) return exit_code_of(joined.error());
+  auto store = make_prefix_store("gloo/tcp", *joined);
   auto put = [&](const std::string& key, const std::string& value) {
     if (auto err = store->set(key, {value.begin(), value.end()}))
       std::exit(exit_code_of(err));

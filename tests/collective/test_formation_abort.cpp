@@ -7,6 +7,7 @@
 
 #include "backends/shm/shm_backend.hpp"
 #include "backends/shm/shm_segment.hpp"
+#include "fake_member.hpp"
 #include "process_support.hpp"
 #include "runtime/cancelable_store.hpp"
 #include "test_support.hpp"
@@ -46,13 +47,17 @@ col::rendezvous_store_ptr store_nobody_serves(const refusing_port& where) {
   return col::make_tcp_store(opts);
 }
 
-// Publishes rank `rank`'s host identity for shm and auto as a member on
-// this host would, without ever forming: the others wait for it later on.
-void pretend_to_join(const col::rendezvous_store_ptr& store,
-                     const std::string& prefix, int rank) {
+// Publishes rank `rank`'s host identity for shm as a member on this host
+// would, once the formation admitted it, without ever forming: the others
+// wait for it later on. Returns the formation's store.
+col::rendezvous_store_ptr
+pretend_to_join(std::future<col::rendezvous_store_ptr> joining,
+                const std::string& prefix, int rank) {
+  auto formation = joining.get();
   auto me = col::detail::shm::host_identity();
-  REQUIRE(!col::make_prefix_store(prefix, store)
+  REQUIRE(!col::make_prefix_store(prefix, formation)
              ->set("host/" + std::to_string(rank), {me.begin(), me.end()}));
+  return formation;
 }
 
 } // namespace
@@ -93,9 +98,10 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
           "ranks that attached, and leaves no segment") {
   const std::string name = "abort-attach";
   auto store = col::make_in_process_store();
-  // World 3: ranks 0 and 1 are real; rank 2 publishes its host but never
-  // attaches, so both wait in the segment for it.
-  pretend_to_join(store, "shm/" + name, 2);
+  // World 3: ranks 0 and 1 are real; rank 2 joins the formation and
+  // publishes its host but never attaches, so both wait in the segment for
+  // it.
+  auto joining = test::join_as_fake(store, name, 2, 3);
   col::work formed[2];
   std::shared_ptr<col::group> groups[2];
   for (int rank = 0; rank < 2; ++rank) {
@@ -104,9 +110,10 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
     REQUIRE(made);
     groups[rank] = *made;
   }
+  auto formation = pretend_to_join(std::move(joining), "shm/" + name, 2);
   // Wait until both attached: the segment's count says so.
   auto published =
-    col::make_prefix_store("shm/" + name, store)->get("segment", 30s);
+    col::make_prefix_store("shm/" + name, formation)->get("segment", 30s);
   REQUIRE(published);
   auto seg = col::detail::shm::segment::attach(
     std::string{published->begin(), published->end()});
@@ -150,7 +157,7 @@ TEST_CASE("a store wait that is not aborted still times out at its deadline, "
   auto took = clock_type::now() - start;
   CHECK(col::code_of(err) == col::errc::timeout);
   auto text = col::render(err);
-  CHECK(text.find("rank 1 did not join within 700 ms") != std::string::npos);
+  CHECK(text.find("rank 1 never joined within 700 ms") != std::string::npos);
   CHECK(text.find("did not appear within") != std::string::npos);
   CHECK(text.find("in-process store") != std::string::npos);
   CHECK(took >= 600ms);

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "backends/shm/shm_backend.hpp"
+#include "fake_member.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -296,18 +297,19 @@ TEST_CASE("shm: a rank that never joins makes formation time out naming it") {
 
 TEST_CASE("shm: a formation whose creator was killed fails on the others "
           "and leaves nothing in /dev/shm") {
-  // Rank 2 publishes its host, as every rank does before rank 0 creates
-  // the segment, and never attaches. Rank 0 creates it and waits with rank
-  // 1 for rank 2; rank 0 is killed meanwhile. Only rank 1 can remove the
-  // segment's name now.
+  // Rank 2 joins the formation and publishes its host, as every rank does
+  // before rank 0 creates the segment, and never attaches. Rank 0 creates
+  // it and waits with rank 1 for rank 2; rank 0 is killed meanwhile. Only
+  // rank 1 can remove the segment's name now.
   test::temp_dir dir;
   const std::string group = "killedmaker"; // shm_leftovers finds it verbatim
-  auto host = col::detail::shm::host_identity();
-  auto hosts = col::make_prefix_store(
-    "shm/" + group, col::make_file_store((dir.path / group).string()));
-  REQUIRE_FALSE(hosts->set("host/2", {host.begin(), host.end()}));
+  auto joining = test::join_as_fake(
+    col::make_file_store((dir.path / group).string()), group, 2, 3);
   auto creator = spawn("sleeper", 3, 0, dir, group);
   auto other = spawn("unformed", 3, 1, dir, group, {"3000"});
+  auto host = col::detail::shm::host_identity();
+  REQUIRE_FALSE(col::make_prefix_store("shm/" + group, joining.get())
+                  ->set("host/2", {host.begin(), host.end()}));
   std::this_thread::sleep_for(1000ms);
   kill(creator, SIGKILL);
   test::wait_process(creator, std::chrono::seconds{10});
@@ -365,11 +367,19 @@ TEST_CASE("shm: a recv with another tag fails with mismatch and the message "
 
 TEST_CASE("shm: ranks on another host are refused by name at formation") {
   auto store = col::make_in_process_store();
-  // Rank 1 "runs" elsewhere: its identity is in the store, from another
-  // boot of another machine.
-  auto prefixed = col::make_prefix_store("shm/elsewhere", store);
-  std::string other = "00000000-0000-0000-0000-000000000000/far-away";
-  REQUIRE(!prefixed->set("host/1", {other.begin(), other.end()}));
+  // Rank 1 "runs" elsewhere: it joins the formation and publishes an
+  // identity from another boot of another machine.
+  auto joining = test::join_as_fake(store, "elsewhere", 1, 2);
+  std::atomic<bool> published{false};
+  std::thread elsewhere{[&] {
+    try {
+      auto prefixed = col::make_prefix_store("shm/elsewhere", joining.get());
+      std::string other = "00000000-0000-0000-0000-000000000000/far-away";
+      published = !prefixed->set("host/1", {other.begin(), other.end()});
+    } catch (const col::collective_error&) {
+      // published stays false
+    }
+  }};
   col::member_scope scope;
   test::check_error(col::errc::invalid_argument,
                     {"every rank on one host", "ranks [1]", "far-away"}, [&] {
@@ -377,6 +387,8 @@ TEST_CASE("shm: ranks on another host are refused by name at formation") {
                         2, 0, "shm", "elsewhere",
                         test::group_options(store, 5s));
                     });
+  elsewhere.join();
+  CHECK(published);
 }
 
 TEST_CASE("auto picks shm when every rank runs on this host") {

@@ -3,6 +3,7 @@
 #include "backends/shm/shm_backend.hpp"
 #include "caf_collective/error.hpp"
 #include "runtime/cancelable_store.hpp"
+#include "runtime/formation_round.hpp"
 #include "runtime/time_left.hpp"
 
 namespace caf_collective::detail {
@@ -49,24 +50,15 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
                   : make_gloo_backend(chosen);
 }
 
-} // namespace
-
-caf::expected<backend_ptr> make_backend(const group_config& given,
-                                        const std::atomic<bool>* cancel) {
-  // Every wait on the store (addresses, host identities, the segment's
-  // name, NCCL's unique id) ends soon after the group is aborted.
-  auto cfg = given;
-  if (cancel != nullptr && cfg.store)
-    cfg.store = make_cancelable_store(
-      cfg.store, cancel, "group '" + cfg.name + "' was aborted", cfg.timeout);
-  if (cfg.backend == "gloo") return make_gloo_backend(cfg);
-  if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
-  if (cfg.backend == "auto") return make_auto_backend(cfg, cancel);
+// What this rank can tell alone, before it waits for the others: an
+// unknown or missing backend, an NCCL group without a CUDA device.
+caf::error refused_here(const group_config& cfg) {
+  if (cfg.backend == "gloo" || cfg.backend == "shm" || cfg.backend == "auto")
+    return {};
   if (cfg.backend == "nccl") {
 #if CAF_COLLECTIVE_HAVE_NCCL
-    return make_nccl_backend(cfg, cancel);
+    return check_nccl_usable(cfg);
 #else
-    static_cast<void>(cancel);
     return make_error(errc::unsupported,
                       "group '" + cfg.name +
                         "': backend nccl is not built in (configure with "
@@ -76,6 +68,40 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
   return make_error(errc::invalid_argument,
                     "group '" + cfg.name + "': unknown backend '" +
                       cfg.backend + "' (expected gloo, shm, nccl or auto)");
+}
+
+} // namespace
+
+caf::expected<backend_ptr> make_backend(const group_config& given,
+                                        const std::atomic<bool>* cancel) {
+  if (auto err = refused_here(given)) return err;
+  // Every wait on the store (addresses, host identities, the segment's
+  // name, NCCL's unique id) ends soon after the group is aborted.
+  auto cfg = given;
+  if (cancel != nullptr && cfg.store)
+    cfg.store = make_cancelable_store(
+      cfg.store, cancel, "group '" + cfg.name + "' was aborted", cfg.timeout);
+  // Every key the backend reads from here on is this formation's own.
+  if (cfg.world_size > 1 && cfg.store) {
+    formation_seat seat;
+    seat.group = cfg.name;
+    seat.rank = cfg.rank;
+    seat.world_size = cfg.world_size;
+    seat.timeout = cfg.timeout;
+    seat.deadline = std::chrono::steady_clock::now() + cfg.timeout;
+    auto joined = join_formation(cfg.store, seat);
+    if (!joined) return std::move(joined.error());
+    cfg.store = std::move(*joined);
+    cfg.timeout = std::max(milliseconds{1}, time_left(seat.deadline));
+  }
+  if (cfg.backend == "gloo") return make_gloo_backend(cfg);
+  if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
+  if (cfg.backend == "auto") return make_auto_backend(cfg, cancel);
+#if CAF_COLLECTIVE_HAVE_NCCL
+  return make_nccl_backend(cfg, cancel);
+#else
+  return make_error(errc::unsupported, "unreachable: nccl refused above");
+#endif
 }
 
 } // namespace caf_collective::detail

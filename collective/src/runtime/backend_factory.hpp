@@ -32,6 +32,10 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg);
 caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg);
 caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg,
                                              const std::atomic<bool>* cancel);
+/// What make_nccl_backend checks before it touches the store: a usable CUDA
+/// device cfg.cuda_device and a supported NCCL. make_backend asks it before
+/// the ranks wait for each other, so a rank without a GPU fails at once.
+caf::error check_nccl_usable(const group_config& cfg);
 #endif
 
 } // namespace caf_collective::detail

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/backend_factory.hpp"
-#include "vocabulary/log.hpp"
 #include "backends/nccl/nccl_ops.hpp"
 #include "backends/nccl/nccl_rendezvous.hpp"
+#include "runtime/backend_factory.hpp"
+#include "vocabulary/log.hpp"
 
 namespace caf_collective::detail {
 
@@ -217,6 +217,13 @@ size_t nccl_backend::p2p_communicators() const {
   return p2p_.size();
 }
 
+caf::error check_nccl_usable(const group_config& cfg) {
+  error_context where{cfg.name, op_kind::barrier, -1, cfg.rank, cfg.world_size};
+  where.op = -1;
+  if (auto err = check_cuda_device(cfg.cuda_device, where)) return err;
+  return check_nccl_version(loaded_nccl().version, where);
+}
+
 caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg) {
   return make_nccl_backend(cfg, nullptr);
 }
@@ -228,8 +235,7 @@ caf::expected<backend_ptr> make_nccl_backend(const group_config& cfg,
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   auto store = nccl_store(cfg);
   const std::string key = "unique_id";
-  auto local_err = check_cuda_device(cfg.cuda_device, where);
-  if (!local_err) local_err = check_nccl_version(loaded_nccl().version, where);
+  auto local_err = check_nccl_usable(cfg);
   nccl_id_record record;
   if (cfg.rank == 0) {
     if (local_err) {

@@ -1,0 +1,234 @@
+#include "runtime/formation_round.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "caf_collective/error.hpp"
+
+namespace caf_collective::detail {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+// Keys, all below the group's own prefix. The name of the current formation
+// is the only key written again by every formation; a join key is written
+// under a formation's name, an admission under a rank's token, so neither
+// can be mistaken for one of an earlier formation.
+const std::string current_key = "formation/current";
+
+std::string prefix_of(const std::string& formation) {
+  return "formation/" + formation;
+}
+
+std::string join_key(const std::string& formation, int rank) {
+  return prefix_of(formation) + "/join/" + std::to_string(rank);
+}
+
+std::string admission_key(const std::string& token) {
+  return "formation/admitted/" + token;
+}
+
+/// 128 random bits in hex, from the system's entropy source.
+std::string fresh_token() {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::random_device entropy;
+  std::string token;
+  for (int word = 0; word < 4; ++word) {
+    auto bits = static_cast<uint32_t>(entropy());
+    for (int digit = 0; digit < 8; ++digit, bits >>= 4)
+      token += digits[bits & 0xf];
+  }
+  return token;
+}
+
+std::string text_of(const std::vector<char>& bytes) {
+  return {bytes.begin(), bytes.end()};
+}
+
+std::vector<char> bytes_of(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+error_context where_of(const formation_seat& seat) {
+  error_context where;
+  where.group = seat.group;
+  where.rank = seat.rank;
+  where.world_size = seat.world_size;
+  return where;
+}
+
+// An abort or a store that broke keeps its code and words.
+caf::error store_failure(const formation_seat& seat, const caf::error& err) {
+  return make_error(
+    is_collective_error(err) ? code_of(err) : errc::backend_error,
+    where_of(seat), "forming the group failed: " + detail_of(err));
+}
+
+// Rounded up: a wait that starts right away gets the whole timeout, and
+// its error names it ("within 1000 ms", not 999).
+milliseconds wait_left(clock_type::time_point deadline) {
+  return std::max(
+    0ms, std::chrono::ceil<milliseconds>(deadline - clock_type::now()));
+}
+
+bool timed_out(const caf::error& err) {
+  return is_collective_error(err) && code_of(err) == errc::timeout;
+}
+
+caf::error never_joined(const formation_seat& seat,
+                        const std::vector<int>& missing,
+                        const caf::error& last_wait) {
+  auto who = missing.size() == 1 ? "rank " + std::to_string(missing.front())
+                                 : "ranks " + list_ranks(missing);
+  return make_error(errc::timeout, where_of(seat),
+                    "forming the group failed: " + who +
+                      " never joined within " +
+                      std::to_string(seat.timeout.count()) +
+                      " ms (not started, crashed, or forming another "
+                      "group): " +
+                      detail_of(last_wait));
+}
+
+std::string waiting_key(const std::string& formation) {
+  return prefix_of(formation) + "/waiting";
+}
+
+// Rank 0's list of ranks it still waits for: "2 5 7".
+std::string encode_ranks(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks)
+    text += (text.empty() ? "" : " ") + std::to_string(rank);
+  return text;
+}
+
+std::vector<int> decode_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::istringstream in{text};
+  for (int rank = 0; in >> rank;)
+    ranks.push_back(rank);
+  return ranks;
+}
+
+/// Rank 0: publishes a fresh name, collects the token of every rank under
+/// it (publishing which ranks it still waits for, for the others' errors),
+/// then admits them all. Ranks go on to the backend together: an admitted
+/// rank waiting there for rank 0 would blame rank 0 for a missing peer.
+caf::expected<std::string> lead(rendezvous_store& store,
+                                const formation_seat& seat) {
+  auto formation = fresh_token();
+  if (auto err = store.set_within(current_key, bytes_of(formation),
+                                  wait_left(seat.deadline)))
+    return store_failure(seat, err);
+  std::vector<int> waiting;
+  for (int rank = 1; rank < seat.world_size; ++rank)
+    waiting.push_back(rank);
+  std::vector<std::string> tokens;
+  caf::error last_wait;
+  auto slice = milliseconds{1};
+  for (size_t listed = 0; !waiting.empty();) {
+    if (waiting.size() != listed) {
+      listed = waiting.size();
+      if (auto err =
+            store.set(waiting_key(formation), bytes_of(encode_ranks(waiting))))
+        return store_failure(seat, err);
+    }
+    // One wait for the first rank not joined, a look at the others.
+    std::vector<int> still_waiting;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      auto wait = i == 0 ? std::min(slice, wait_left(seat.deadline)) : 0ms;
+      auto token = store.get(join_key(formation, waiting[i]), wait);
+      if (token) {
+        tokens.push_back(text_of(*token));
+        continue;
+      }
+      if (!timed_out(token.error())) return store_failure(seat, token.error());
+      if (i == 0) last_wait = token.error();
+      still_waiting.push_back(waiting[i]);
+    }
+    if (!still_waiting.empty() && clock_type::now() >= seat.deadline)
+      return never_joined(
+        seat, still_waiting,
+        make_error(
+          errc::timeout,
+          "rendezvous key '" + join_key(formation, still_waiting[0]) +
+            "' did not appear within " + std::to_string(seat.timeout.count()) +
+            " ms (the store's last answer: " + detail_of(last_wait) + ")"));
+    if (still_waiting.size() == waiting.size())
+      slice = std::min(2 * slice, milliseconds{50});
+    waiting = std::move(still_waiting);
+  }
+  for (auto& token : tokens)
+    if (auto err = store.set(admission_key(token), bytes_of(formation)))
+      return store_failure(seat, err);
+  return formation;
+}
+
+/// A rank that was not admitted by its deadline: when rank 0 saw it join,
+/// it names the ranks rank 0 still waited for; otherwise rank 0 never came
+/// (or the name it read is of an earlier formation).
+caf::error not_admitted(rendezvous_store& store, const formation_seat& seat,
+                        const std::string& formation,
+                        const caf::error& last_wait) {
+  auto listed = store.get(waiting_key(formation), 0ms);
+  if (!listed) return never_joined(seat, {0}, last_wait);
+  auto missing = decode_ranks(text_of(*listed));
+  if (missing.empty() ||
+      std::find(missing.begin(), missing.end(), seat.rank) != missing.end())
+    return never_joined(seat, {0}, last_wait);
+  return never_joined(seat, missing,
+                      make_error(errc::timeout, "rank 0 waited for them"));
+}
+
+/// Every other rank: joins the formation rank 0 names, and looks again for
+/// its current name while it is not admitted (the one it read may be left
+/// by an earlier formation).
+caf::expected<std::string> follow(rendezvous_store& store,
+                                  const formation_seat& seat) {
+  auto token = fresh_token();
+  auto current = store.get(current_key, wait_left(seat.deadline));
+  if (!current) {
+    if (!timed_out(current.error()))
+      return store_failure(seat, current.error());
+    return never_joined(seat, {0}, current.error());
+  }
+  auto formation = text_of(*current);
+  auto slice = milliseconds{2};
+  for (;;) {
+    if (auto err = store.set_within(join_key(formation, seat.rank),
+                                    bytes_of(token), wait_left(seat.deadline)))
+      return store_failure(seat, err);
+    for (;;) {
+      auto admitted = store.get(admission_key(token),
+                                std::min(slice, wait_left(seat.deadline)));
+      if (admitted) return text_of(*admitted);
+      if (!timed_out(admitted.error()))
+        return store_failure(seat, admitted.error());
+      if (clock_type::now() >= seat.deadline)
+        return not_admitted(store, seat, formation, admitted.error());
+      slice = std::min(2 * slice, milliseconds{100});
+      auto now_current = store.get(current_key, 0ms);
+      if (!now_current) return store_failure(seat, now_current.error());
+      if (text_of(*now_current) != formation) {
+        formation = text_of(*now_current);
+        break; // join again, under rank 0's new name
+      }
+    }
+  }
+}
+
+} // namespace
+
+caf::expected<rendezvous_store_ptr>
+join_formation(const rendezvous_store_ptr& store, const formation_seat& seat) {
+  auto formation = seat.rank == 0 ? lead(*store, seat) : follow(*store, seat);
+  if (!formation) return std::move(formation.error());
+  return make_prefix_store(prefix_of(*formation), store);
+}
+
+} // namespace caf_collective::detail

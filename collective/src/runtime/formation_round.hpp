@@ -1,0 +1,47 @@
+// The first step of every formation of a group with more than one rank: the
+// ranks agree on a fresh name for this formation, and every key the backend
+// publishes afterwards lives under it.
+//
+// Why: a store outlives a group. A group destroyed and formed again under
+// its name on the same store (the documented recovery after a failure), or
+// a second run against a server that keeps its keys, would otherwise read
+// the keys of the earlier formation: a shm segment's name that was already
+// unlinked, an NCCL unique id whose root is gone, host identities of
+// processes that left. None of those can be told apart from fresh ones by
+// their value, so no key of a formation is read before its rank knows the
+// formation is the current one.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include "caf_collective/rendezvous.hpp"
+
+namespace caf_collective::detail {
+
+/// Who joins, and until when.
+struct formation_seat {
+  std::string group;
+  int rank = 0;
+  int world_size = 1;
+  /// The formation's whole timeout (named in errors) and when it ends.
+  std::chrono::milliseconds timeout{0};
+  std::chrono::steady_clock::time_point deadline;
+};
+
+/// Rank 0 picks a random name F and publishes it; every other rank publishes
+/// a random token of its own under F and waits until rank 0 admits that
+/// token. A rank that read F of an earlier formation re-reads it until rank
+/// 0's current one comes: its token is admitted only under the current F.
+/// Rank 0 admits ranks as they come and returns once all were admitted; the
+/// others return once admitted. Returns `store` with the prefix
+/// "formation/F", or a timeout naming the ranks that never joined (rank 0)
+/// or rank 0 (the others). Errors of the store (an abort, a broken
+/// connection) keep their code and words: give it a cancelable store
+/// (cancelable_store.hpp) so that an abort ends the waits.
+caf::expected<rendezvous_store_ptr>
+join_formation(const rendezvous_store_ptr& store, const formation_seat& seat);
+
+} // namespace caf_collective::detail
