@@ -119,6 +119,22 @@ TEST_CASE("Open MPI's, Slurm's and MPICH's variables give rank, size and "
                        {"CAF_COLLECTIVE_STORE", "tcp://node3:7003"},
                        {"CAF_COLLECTIVE_SECRET", "x"}});
   CHECK(both.launcher == "srun");
+  // mpiexec run from an sbatch script: every rank inherits the batch step's
+  // SLURM_PROCID=0 and SLURM_NTASKS; the innermost launcher, mpiexec, says
+  // which rank this is, on every rank alike.
+  for (int pmi_rank = 0; pmi_rank < 4; ++pmi_rank) {
+    auto inner = read_ok({{"SLURM_PROCID", "0"},
+                          {"SLURM_NTASKS", "4"},
+                          {"SLURM_NNODES", "1"},
+                          {"PMI_RANK", std::to_string(pmi_rank)},
+                          {"PMI_SIZE", "4"},
+                          {"MPI_LOCALRANKID", std::to_string(pmi_rank)},
+                          {"CAF_COLLECTIVE_STORE", "tcp://node3:7003"},
+                          {"CAF_COLLECTIVE_SECRET", "x"}});
+    CHECK(inner.launcher == "mpiexec");
+    CHECK(inner.rank == pmi_rank);
+    CHECK(inner.world_size == 4);
+  }
 }
 
 TEST_CASE("our own variables win over a launcher's") {

@@ -111,6 +111,18 @@ TEST_CASE("when one rank fails the launcher stops the others and exits with "
                  "rank 2 exited with status 7; stopping the other ranks"));
 }
 
+TEST_CASE("a rank that exits with a status above 128 is reported as having "
+          "exited - not as killed by a signal") {
+  test::temp_dir dir;
+  auto pid = start_launcher(dir, {"-n", "2", "--grace-ms", "2000", rank_program,
+                                  "fail", "1", "130", dir.path.string()});
+  CHECK(test::wait_process(pid, 60s) == 130);
+  auto text = read_file(dir.path / "stderr");
+  INFO("stderr: " << text);
+  CHECK(contains(text, "rank 1 exited with status 130"));
+  CHECK_FALSE(contains(text, "killed"));
+}
+
 TEST_CASE("a rank killed by a signal stops the launch with 128 + the "
           "signal") {
   test::temp_dir dir;

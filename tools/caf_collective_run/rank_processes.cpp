@@ -85,11 +85,13 @@ int status_of(int wait_status) {
   return 1;
 }
 
-std::string describe(int status) {
-  if (status > 128)
-    return "was killed by signal " + std::to_string(status - 128) + " (" +
-           ::strsignal(status - 128) + ")";
-  return "exited with status " + std::to_string(status);
+// From the raw wait status: a rank that exits with 130 exited, it was not
+// killed by SIGINT, though both give the launcher's exit status 130.
+std::string describe(int wait_status) {
+  if (WIFSIGNALED(wait_status))
+    return "was killed by signal " + std::to_string(WTERMSIG(wait_status)) +
+           " (" + ::strsignal(WTERMSIG(wait_status)) + ")";
+  return "exited with status " + std::to_string(status_of(wait_status));
 }
 
 // Signals the rank's whole process group: programs the rank started go too.
@@ -207,7 +209,7 @@ int supervise(std::vector<rank_process>& ranks,
       r->status = status_of(ws);
       if (r->status != 0 && first_failed < 0 && stop_signal == 0) {
         first_failed = r->rank;
-        note("rank " + std::to_string(r->rank) + " " + describe(r->status) +
+        note("rank " + std::to_string(r->rank) + " " + describe(ws) +
              "; stopping the other ranks");
         stop_all(SIGTERM);
       }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <functional>
+#include <string_view>
 
 #include "caf_collective/error.hpp"
 #include "vocabulary/parse_number.hpp"
@@ -35,6 +36,11 @@ constexpr std::array<launcher_vars, 5> launchers{{
   {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
   {"mpiexec", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
 }};
+
+constexpr size_t srun_index = 3;
+constexpr size_t mpiexec_index = 4;
+static_assert(std::string_view{launchers[srun_index].name} == "srun");
+static_assert(std::string_view{launchers[mpiexec_index].name} == "mpiexec");
 
 caf::error malformed(const char* var, const std::string& value,
                      const std::string& expected) {
@@ -210,6 +216,19 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
       found = &l;
       break;
     }
+  // srun that starts an MPICH program sets PMI_RANK equal to SLURM_PROCID,
+  // and not MPI_LOCALRANKID (Hydra's own). mpiexec run inside a Slurm
+  // allocation (an sbatch script) sets both PMI_RANK and MPI_LOCALRANKID,
+  // and every rank inherited the batch step's SLURM_PROCID: the innermost
+  // launcher, mpiexec, knows the rank. Every rank decides alike (rank 0's
+  // PMI_RANK equals the inherited SLURM_PROCID=0).
+  const auto& srun = launchers[srun_index];
+  const auto& hydra = launchers[mpiexec_index];
+  if (found == &srun && env(hydra.rank) != nullptr &&
+      (env(hydra.local_rank) != nullptr ||
+       value_of(env, hydra.rank) != value_of(env, srun.rank) ||
+       value_of(env, hydra.size) != value_of(env, srun.size)))
+    found = &hydra;
   if (found == nullptr)
     return make_error(errc::invalid_argument,
                       "no launcher told this process its rank: set "
