@@ -30,8 +30,10 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-/// The launcher with `args`, its stdout and stderr in files of `dir`.
-pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args) {
+/// The launcher with `args`, its stdout and stderr in files of `dir`, its
+/// stdin the test's or `stdin_fd`.
+pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args,
+                     int stdin_fd = -1) {
   args.insert(args.begin(), launcher);
   std::vector<char*> argv;
   for (auto& a : args)
@@ -45,6 +47,7 @@ pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 2, err.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (stdin_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, launcher.c_str(), &actions, nullptr, argv.data(),
                        environ);
@@ -71,6 +74,16 @@ std::vector<pid_t> rank_pids(const test::temp_dir& dir, int n) {
 
 bool gone(pid_t pid) {
   return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+/// Gone, or dead and not reaped yet (a rank whose launcher died belongs to
+/// whoever adopts orphans here).
+bool dead(pid_t pid) {
+  if (gone(pid)) return true;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto end = stat.rfind(')');
+  return end == std::string::npos ||
+         (end + 2 < stat.size() && stat[end + 2] == 'Z');
 }
 
 } // namespace
@@ -121,6 +134,39 @@ TEST_CASE("a rank that exits with a status above 128 is reported as having "
   INFO("stderr: " << text);
   CHECK(contains(text, "rank 1 exited with status 130"));
   CHECK_FALSE(contains(text, "killed"));
+}
+
+TEST_CASE("ranks die with a launcher that was killed") {
+  test::temp_dir dir;
+  // Rank 9 does not exist: every rank sleeps.
+  auto pid = start_launcher(
+    dir, {"-n", "2", rank_program, "fail", "9", "1", dir.path.string()});
+  auto pids = rank_pids(dir, 2);
+  ::kill(pid, SIGKILL);
+  test::wait_process(pid, 10s);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    bool died = false;
+    for (int i = 0; i < 500 && !died; ++i, std::this_thread::sleep_for(10ms))
+      died = dead(pids[r]);
+    CHECK(died);
+    if (!died) ::kill(pids[r], SIGKILL);
+  }
+}
+
+TEST_CASE("a rank that reads its standard input reads end of input - it "
+          "never waits on the launcher's") {
+  test::temp_dir dir;
+  int held_open[2];
+  REQUIRE(::pipe(held_open) == 0);
+  auto pid = start_launcher(
+    dir, {"-n", "1", "/bin/sh", "-c", "read x; echo read ended with $?"},
+    held_open[0]);
+  ::close(held_open[0]);
+  auto code = test::wait_process(pid, 30s);
+  ::close(held_open[1]);
+  CHECK(code == 0);
+  CHECK(contains(read_file(dir.path / "stdout"), "[rank 0] read ended with 1"));
 }
 
 TEST_CASE("a rank killed by a signal stops the launch with 128 + the "

@@ -72,6 +72,8 @@ std::vector<std::string> inherited_environment() {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && argv[1] == launcher::trampoline_flag)
+    return launcher::rank_trampoline(argc, argv);
   launcher::launch_options opts;
   bool help = false;
   if (auto err = launcher::parse(argc, argv, opts, help); !err.empty()) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +103,19 @@ void signal_rank(const rank_process& r, int sig) {
 
 } // namespace
 
+int rank_trampoline(int argc, char** argv) {
+  // argv: caf_collective_run --rank-of <launcher pid> <command...>
+  if (argc < 4) return 2;
+  // Killed when the launcher dies (SIGKILL, the OOM killer): no rank runs
+  // on without the store it relies on. The signal is kept across execvp.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(::getppid()) != argv[2]) return 1; // it died already
+  ::execvp(argv[3], argv + 3);
+  std::fprintf(stderr, "caf_collective_run: cannot start '%s': %s\n", argv[3],
+               std::strerror(errno));
+  return 127;
+}
+
 void install_signal_handlers() {
   if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
   struct sigaction sa {};
@@ -125,6 +140,10 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  // Ranks run in process groups of their own, in the background of a
+  // terminal: one that read the terminal would be stopped for good. They
+  // read end of input instead.
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
   posix_spawnattr_t attr;
@@ -144,7 +163,12 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
                                     POSIX_SPAWN_SETSIGDEF |
                                     POSIX_SPAWN_SETSIGMASK);
-  std::vector<std::string> args = command;
+  // Through the launcher itself (rank_trampoline): the rank dies with the
+  // launcher, however the launcher ends.
+  std::vector<std::string> args{"caf_collective_run",
+                                std::string{trampoline_flag},
+                                std::to_string(::getpid())};
+  args.insert(args.end(), command.begin(), command.end());
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -155,8 +179,8 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
     envp.push_back(v.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, args[0].c_str(), &actions, &attr, argv.data(),
-                          envp.data());
+  int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv.data(),
+                         envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(out_pipe[1]);
@@ -164,7 +188,7 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
   if (rc != 0) {
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
-    return "cannot start '" + args[0] + "': " + std::strerror(rc);
+    return "cannot start '" + command[0] + "': " + std::strerror(rc);
   }
   out.rank = rank;
   out.pid = pid;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -25,7 +26,16 @@ struct rank_process {
   int status = 0;
 };
 
-/// Starts `command` (looked up in PATH) with `env` as the rank `rank`.
+/// The launcher's first argument when it runs as a rank's trampoline.
+inline constexpr std::string_view trampoline_flag = "--rank-of";
+
+/// What the launcher binary does when started with trampoline_flag (by
+/// start_rank, never by a user): arranges to be killed when the launcher
+/// dies, then becomes the rank's command. Returns only on failure.
+int rank_trampoline(int argc, char** argv);
+
+/// Starts `command` (looked up in PATH) with `env` as the rank `rank`,
+/// through the trampoline, with standard input from /dev/null.
 /// Returns an error text, or an empty string.
 std::string start_rank(int rank, const std::vector<std::string>& command,
                        const std::vector<std::string>& env, rank_process& out);

@@ -230,16 +230,25 @@ class tcp_store_client : public rendezvous_store {
     auto limit_at = std::max(deadline, wire::clock::now() + handshake_floor);
     uint8_t code = 1;
     std::string reason;
-    if (wire::send_all(fd, hello.data(), hello.size(), limit_at) !=
-          wire::io_result::done ||
-        wire::recv_all(fd, &code, 1, limit_at) != wire::io_result::done ||
-        wire::recv_sized(fd, reason, wire::max_key_size, limit_at) !=
-          wire::io_result::done) {
+    auto sent = wire::send_all(fd, hello.data(), hello.size(), limit_at);
+    auto answered = sent == wire::io_result::done
+                      ? wire::recv_all(fd, &code, 1, limit_at)
+                      : sent;
+    if (answered == wire::io_result::done)
+      answered = wire::recv_sized(fd, reason, wire::max_key_size, limit_at);
+    if (answered != wire::io_result::done) {
       ::close(fd);
-      return make_error(errc::backend_error,
-                        "TCP store at " + where() +
-                          ": the handshake failed (is this a "
-                          "caf_collective store?)");
+      // Silence: a server that accepted nothing (out of descriptors or
+      // threads: its log says so) or is not a store; anything else: not
+      // a caf_collective store.
+      return make_error(
+        errc::backend_error,
+        "TCP store at " + where() +
+          (answered == wire::io_result::timed_out
+             ? ": connected, but no answer to the handshake (a server out "
+               "of descriptors or threads: see its log; or not a "
+               "caf_collective store)"
+             : ": the handshake failed (is this a caf_collective store?)"));
     }
     if (code != 0) {
       ::close(fd);

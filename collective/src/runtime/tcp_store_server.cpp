@@ -16,6 +16,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -64,6 +65,7 @@ struct tcp_store_server::impl {
   // write wakes them all.
   int wake[2] = {-1, -1};
   std::atomic<bool> stopping{false};
+  bool warned_out_of_fds = false; // accept_loop only
   std::atomic<size_t> refused{0};
 
   // Keys per (run id, key): a separator inside one string could be forged
@@ -150,18 +152,49 @@ struct tcp_store_server::impl {
       if (stopping || (fds[1].revents & POLLIN) != 0) return;
       if ((fds[0].revents & POLLIN) == 0) continue;
       int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        if (out_of_resources(errno)) back_off();
+        continue;
+      }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       std::lock_guard<std::mutex> guard{conns_mtx};
       reap_finished();
       auto& c = conns.emplace_back();
       c.fd = fd;
-      c.worker = std::thread{[this, &c] {
-        serve(c.fd);
-        c.done = true;
-      }};
+      try {
+        c.worker = std::thread{[this, &c] {
+          serve(c.fd);
+          c.done = true;
+        }};
+      } catch (const std::system_error& ex) {
+        // No thread to spare (a process or container limit): turn this
+        // client away, and keep serving the others.
+        log().warn("TCP store at {}: turned a client away: cannot start a "
+                   "thread for it ({})",
+                   wire::endpoint(host, port), ex.what());
+        ::close(fd);
+        conns.pop_back();
+      }
     }
+  }
+
+  static bool out_of_resources(int err) {
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+  }
+
+  // accept failed for want of descriptors or memory: the client stays
+  // queued and poll would report it again at once. Say so once, then look
+  // again a little later (or when stopped) instead of spinning.
+  void back_off() {
+    if (!warned_out_of_fds) {
+      warned_out_of_fds = true;
+      log().warn("TCP store at {}: cannot accept clients ({}); raise the "
+                 "process's descriptor limit (ulimit -n)",
+                 wire::endpoint(host, port), std::strerror(errno));
+    }
+    pollfd stop{wake[0], POLLIN, 0};
+    ::poll(&stop, 1, 50);
   }
 
   // Joins the threads of closed connections; called with conns_mtx held.
