@@ -32,7 +32,8 @@ class rendezvous_store {
                                 std::chrono::milliseconds timeout);
 
   /// Waits until `key` exists and returns its value; fails with
-  /// errc::timeout naming the key after `timeout`.
+  /// errc::timeout naming the key after `timeout`. The stores of this
+  /// library wait at most 100 years (milliseconds::max() waits that long).
   virtual caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) = 0;
 };

@@ -65,9 +65,10 @@ void check_get_times_out(const col::rendezvous_store_ptr& store) {
 }
 
 void check_get_waits_for_a_later_set(const col::rendezvous_store_ptr& writer,
-                                     const col::rendezvous_store_ptr& reader) {
+                                     const col::rendezvous_store_ptr& reader,
+                                     std::chrono::milliseconds timeout = 20s) {
   caf::expected<std::vector<char>> got{std::vector<char>{}};
-  std::thread t{[&] { got = reader->get("late", 20s); }};
+  std::thread t{[&] { got = reader->get("late", timeout); }};
   std::this_thread::sleep_for(100ms);
   CHECK_FALSE(writer->set("late", bytes("finally")));
   t.join();
@@ -88,6 +89,16 @@ TEST_CASE("the in-process store times out naming the missing key") {
 TEST_CASE("the in-process store wakes a waiting get on set") {
   auto store = col::make_in_process_store();
   check_get_waits_for_a_later_set(store, store);
+}
+
+TEST_CASE("a get that waits for ever waits - it does not time out at once") {
+  // now + milliseconds::max() wraps into the past.
+  auto forever = std::chrono::milliseconds::max();
+  auto memory = col::make_in_process_store();
+  check_get_waits_for_a_later_set(memory, memory, forever);
+  temp_dir dir;
+  auto files = col::make_file_store(dir.path.string());
+  check_get_waits_for_a_later_set(files, files, forever);
 }
 
 TEST_CASE("separate in-process stores do not share keys") {

@@ -62,6 +62,7 @@ class cancelable_store : public rendezvous_store {
   auto in_slices(const std::string& key, milliseconds budget,
                  const std::string& what, Attempt attempt)
     -> decltype(attempt(budget)) {
+    budget = bounded_wait(budget);
     auto deadline = clock::now() + budget;
     for (bool first = true;; first = false) {
       if (cancelled()) return stopped(key);

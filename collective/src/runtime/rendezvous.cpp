@@ -11,6 +11,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective {
 
@@ -49,6 +50,7 @@ class in_process_store : public rendezvous_store {
 
   caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) override {
+    timeout = detail::bounded_wait(timeout);
     std::unique_lock<std::mutex> guard{mtx_};
     auto present = [&] { return entries_.count(key) > 0; };
     if (!cv_.wait_for(guard, timeout, present))
@@ -104,6 +106,7 @@ class file_store : public rendezvous_store {
 
   caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) override {
+    timeout = detail::bounded_wait(timeout);
     auto deadline = std::chrono::steady_clock::now() + timeout;
     auto target = path_of(key);
     auto pause = std::chrono::milliseconds{1};

@@ -19,6 +19,7 @@
 
 #include "caf_collective/error.hpp"
 #include "runtime/tcp_store_wire.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective {
 
@@ -78,6 +79,7 @@ class tcp_store_client : public rendezvous_store {
     if (key.size() > wire::max_key_size)
       return make_error(errc::invalid_argument,
                         "TCP store: key '" + key + "' is too long");
+    timeout = detail::bounded_wait(timeout);
     auto deadline = wire::clock::now() + timeout;
     auto fd = lease(deadline, timeout);
     if (!fd) return fd.error();

@@ -14,4 +14,13 @@ time_left(std::chrono::steady_clock::time_point deadline) {
                     deadline - std::chrono::steady_clock::now()));
 }
 
+/// The longest wait a store keeps to: added to now, milliseconds::max()
+/// ("wait for ever") would wrap the clock into the past and end at once.
+inline constexpr std::chrono::milliseconds longest_wait =
+  std::chrono::hours{24 * 365 * 100};
+
+inline std::chrono::milliseconds bounded_wait(std::chrono::milliseconds t) {
+  return std::min(t, longest_wait);
+}
+
 } // namespace caf_collective::detail
