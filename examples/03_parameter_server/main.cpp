@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include <caf_collective/member.hpp>
 #include <caf_collective/messages.hpp>
 #include <caf_collective/object_collectives.hpp>
+#include <caf_collective/read.hpp>
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -101,8 +103,8 @@ struct shards {
     : store(col::local_store(sys)) {
     for (auto n : cfg.shard_sizes) {
       std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
-      params.push_back(*store->put(col::tensor::from_vector(zeros)));
-      grads.push_back(*store->put(col::tensor::from_vector(zeros)));
+      params.push_back(checked(store->put(col::tensor::from_vector(zeros))));
+      grads.push_back(checked(store->put(col::tensor::from_vector(zeros))));
     }
   }
   ~shards() {
@@ -113,9 +115,8 @@ struct shards {
   std::vector<double> read(const std::vector<col::object_ref>& refs) const {
     std::vector<double> xs;
     for (auto& r : refs) {
-      auto v = store->get(r);
-      xs.insert(xs.end(), v->data_as<float>(),
-                v->data_as<float>() + v->numel());
+      auto v = checked(col::read_vector<float>(*store, r));
+      xs.insert(xs.end(), v.begin(), v.end());
     }
     return xs;
   }
@@ -123,10 +124,18 @@ struct shards {
              const std::vector<double>& xs) const {
     size_t at = 0;
     for (auto& r : refs) {
-      auto v = store->get(r);
-      for (size_t i = 0; i < v->numel(); ++i)
-        v->data_as<float>()[i] = static_cast<float>(xs[at++]);
+      auto v = checked(store->get(r));
+      for (size_t i = 0; i < v.numel(); ++i)
+        v.data_as<float>()[i] = static_cast<float>(xs[at++]);
     }
+  }
+
+  // A store that refuses (out of memory, a stale ref) ends the example with
+  // its words instead of dereferencing an error.
+  template<class T>
+  static T checked(caf::expected<T> x) {
+    if (!x) throw std::runtime_error{"object store: " + col::render(x.error())};
+    return std::move(*x);
   }
 };
 

@@ -71,17 +71,22 @@ int main(int argc, char** argv) {
   auto s = sgd::parse(argc, argv);
   int rank = -1;
   try {
-    // Rank, world size and the store come from the launcher; "auto" runs
-    // on shared memory when every rank is on this host, else on Gloo.
+    // Rank, world size and the store come from the launcher. The arguments
+    // are checked against them before any group forms: every rank refuses
+    // alike, and none waits for the others.
+    auto place = col::read_launch_environment();
+    if (!place) throw col::collective_error{place.error()};
+    if (s.samples % place->world_size != 0) {
+      std::printf("rank %d: FAILED: --samples %d is not a multiple of the %d "
+                  "ranks\n",
+                  place->rank, s.samples, place->world_size);
+      return 2;
+    }
+    // "auto" runs on shared memory when every rank is on this host, else
+    // on Gloo.
     col::init_collective_group_from_env("auto", "dp");
     rank = col::get_rank("dp");
     s.workers = col::get_collective_group_size("dp");
-    if (s.samples % s.workers != 0) {
-      std::printf("rank %d: FAILED: --samples %d is not a multiple of the %d "
-                  "ranks\n",
-                  rank, s.samples, s.workers);
-      return 2;
-    }
     if (rank == 0)
       std::printf("data-parallel SGD across %d processes on %s: %d samples x "
                   "%d features, %d steps, lr %g\n",
