@@ -99,6 +99,14 @@ TEST_CASE("a get that waits for ever waits - it does not time out at once") {
   temp_dir dir;
   auto files = col::make_file_store(dir.path.string());
   check_get_waits_for_a_later_set(files, files, forever);
+  auto server = col::tcp_store_server::start("127.0.0.1", 0, "s3cret");
+  REQUIRE(server);
+  col::tcp_store_options opts;
+  opts.port = (*server)->port();
+  opts.secret = "s3cret";
+  opts.run_id = "forever";
+  auto tcp = col::make_tcp_store(opts);
+  check_get_waits_for_a_later_set(tcp, tcp, forever);
 }
 
 TEST_CASE("separate in-process stores do not share keys") {

@@ -342,21 +342,6 @@ TEST_CASE("threads sharing one TCP store object do not wait for each other's "
   CHECK(std::string(got->begin(), got->end()) == "from the other thread");
 }
 
-TEST_CASE("a TCP store get that waits for ever waits - it does not time out "
-          "at once") {
-  auto server = col::tcp_store_server::start("127.0.0.1", 0, secret);
-  REQUIRE(server);
-  auto store = client_of((*server)->port(), "forever");
-  caf::expected<std::vector<char>> got{std::vector<char>{}};
-  std::thread reader{
-    [&] { got = store->get("late", std::chrono::milliseconds::max()); }};
-  std::this_thread::sleep_for(200ms);
-  REQUIRE_FALSE(store->set("late", bytes("in time")));
-  reader.join();
-  REQUIRE(got);
-  CHECK(std::string(got->begin(), got->end()) == "in time");
-}
-
 TEST_CASE("a peer that joins but never connects fails formation at the "
           "deadline, naming it") {
   server_process server;

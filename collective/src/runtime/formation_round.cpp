@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "caf_collective/error.hpp"
+#include "runtime/store_text.hpp"
+#include "runtime/time_left.hpp"
 
 namespace caf_collective::detail {
 
@@ -47,14 +49,6 @@ std::string fresh_token() {
   return token;
 }
 
-std::string text_of(const std::vector<char>& bytes) {
-  return {bytes.begin(), bytes.end()};
-}
-
-std::vector<char> bytes_of(const std::string& text) {
-  return {text.begin(), text.end()};
-}
-
 error_context where_of(const formation_seat& seat) {
   error_context where;
   where.group = seat.group;
@@ -68,13 +62,6 @@ caf::error store_failure(const formation_seat& seat, const caf::error& err) {
   return make_error(
     is_collective_error(err) ? code_of(err) : errc::backend_error,
     where_of(seat), "forming the group failed: " + detail_of(err));
-}
-
-// Rounded up: a wait that starts right away gets the whole timeout, and
-// its error names it ("within 1000 ms", not 999).
-milliseconds wait_left(clock_type::time_point deadline) {
-  return std::max(
-    0ms, std::chrono::ceil<milliseconds>(deadline - clock_type::now()));
 }
 
 bool timed_out(const caf::error& err) {
@@ -123,7 +110,7 @@ caf::expected<std::string> lead(rendezvous_store& store,
                                 const formation_seat& seat) {
   auto formation = fresh_token();
   if (auto err = store.set_within(current_key, bytes_of(formation),
-                                  wait_left(seat.deadline)))
+                                  time_left_rounded_up(seat.deadline)))
     return store_failure(seat, err);
   std::vector<int> waiting;
   for (int rank = 1; rank < seat.world_size; ++rank)
@@ -141,7 +128,8 @@ caf::expected<std::string> lead(rendezvous_store& store,
     // One wait for the first rank not joined, a look at the others.
     std::vector<int> still_waiting;
     for (size_t i = 0; i < waiting.size(); ++i) {
-      auto wait = i == 0 ? std::min(slice, wait_left(seat.deadline)) : 0ms;
+      auto wait =
+        i == 0 ? std::min(slice, time_left_rounded_up(seat.deadline)) : 0ms;
       auto token = store.get(join_key(formation, waiting[i]), wait);
       if (token) {
         tokens.push_back(text_of(*token));
@@ -191,7 +179,7 @@ caf::error not_admitted(rendezvous_store& store, const formation_seat& seat,
 caf::expected<std::string> follow(rendezvous_store& store,
                                   const formation_seat& seat) {
   auto token = fresh_token();
-  auto current = store.get(current_key, wait_left(seat.deadline));
+  auto current = store.get(current_key, time_left_rounded_up(seat.deadline));
   if (!current) {
     if (!timed_out(current.error()))
       return store_failure(seat, current.error());
@@ -200,12 +188,14 @@ caf::expected<std::string> follow(rendezvous_store& store,
   auto formation = text_of(*current);
   auto slice = milliseconds{2};
   for (;;) {
-    if (auto err = store.set_within(join_key(formation, seat.rank),
-                                    bytes_of(token), wait_left(seat.deadline)))
+    if (auto err =
+          store.set_within(join_key(formation, seat.rank), bytes_of(token),
+                           time_left_rounded_up(seat.deadline)))
       return store_failure(seat, err);
     for (;;) {
-      auto admitted = store.get(admission_key(token),
-                                std::min(slice, wait_left(seat.deadline)));
+      auto admitted =
+        store.get(admission_key(token),
+                  std::min(slice, time_left_rounded_up(seat.deadline)));
       if (admitted) return text_of(*admitted);
       if (!timed_out(admitted.error()))
         return store_failure(seat, admitted.error());

@@ -14,6 +14,15 @@ time_left(std::chrono::steady_clock::time_point deadline) {
                     deadline - std::chrono::steady_clock::now()));
 }
 
+/// time_left rounded up: a wait that starts right away gets its whole
+/// timeout, and its error names it ("within 1000 ms", not 999).
+inline std::chrono::milliseconds
+time_left_rounded_up(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds{0},
+                  std::chrono::ceil<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now()));
+}
+
 /// The longest wait a store keeps to: added to now, milliseconds::max()
 /// ("wait for ever") would wrap the clock into the past and end at once.
 inline constexpr std::chrono::milliseconds longest_wait =

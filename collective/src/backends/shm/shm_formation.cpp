@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backends/shm/shm_backend.hpp"
+#include "runtime/store_text.hpp"
 #include "runtime/time_left.hpp"
 
 namespace caf_collective::detail::shm {
@@ -28,14 +29,6 @@ constexpr size_t mailbox_bytes_large_groups = size_t{64} << 10;
 // shrinks as groups grow).
 constexpr size_t small_bytes_small_groups = size_t{8} << 10;
 constexpr size_t small_bytes_large_groups = size_t{2} << 10;
-
-std::vector<char> bytes_of(const std::string& text) {
-  return {text.begin(), text.end()};
-}
-
-std::string text_of(const std::vector<char>& bytes) {
-  return {bytes.begin(), bytes.end()};
-}
 
 error_context where_of(const group_config& cfg) {
   error_context where;
