@@ -18,6 +18,7 @@
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
 #include <caf/message.hpp>
+#include <caf/serializer.hpp>
 
 #include "caf_collective/error.hpp"
 
@@ -76,6 +77,40 @@ class bounded_deserializer final : public caf::deserializer {
   caf::binary_deserializer inner_;
 };
 
+/// CAF's binary serializer with one more check: CAF 0.17 writes a
+/// sequence's length in 32 bits, so a string or container of 2^32 elements
+/// or more would be written with a wrapped length and read back as another
+/// object (or as garbage). Such a sequence fails to serialize instead.
+class bounded_serializer final : public caf::serializer {
+ public:
+  bounded_serializer(caf::execution_unit* ctx, std::vector<char>& bytes);
+
+  caf::error begin_object(uint16_t& type_nr, std::string& name) override;
+  caf::error end_object() override;
+  caf::error begin_sequence(size_t& size) override;
+  caf::error end_sequence() override;
+  caf::error apply_raw(size_t num_bytes, void* data) override;
+
+ protected:
+  caf::error apply_impl(int8_t& x) override;
+  caf::error apply_impl(uint8_t& x) override;
+  caf::error apply_impl(int16_t& x) override;
+  caf::error apply_impl(uint16_t& x) override;
+  caf::error apply_impl(int32_t& x) override;
+  caf::error apply_impl(uint32_t& x) override;
+  caf::error apply_impl(int64_t& x) override;
+  caf::error apply_impl(uint64_t& x) override;
+  caf::error apply_impl(float& x) override;
+  caf::error apply_impl(double& x) override;
+  caf::error apply_impl(long double& x) override;
+  caf::error apply_impl(std::string& x) override;
+  caf::error apply_impl(std::u16string& x) override;
+  caf::error apply_impl(std::u32string& x) override;
+
+ private:
+  caf::binary_serializer inner_;
+};
+
 /// Renders a failure of CAF's (de)serializer together with the type.
 std::string describe_codec_failure(const char* what, const std::string& type,
                                    const caf::error& err);
@@ -106,7 +141,7 @@ encoded_object encode_object(const T& x, caf::actor_system* sys) {
     }
   }
   try {
-    caf::binary_serializer sink{serialization_context(sys), out.bytes};
+    bounded_serializer sink{serialization_context(sys), out.bytes};
     // CAF 0.17's inspectors take non-const references even when saving.
     if (auto err = sink(const_cast<T&>(x))) {
       out.failure = make_error(errc::invalid_argument,

@@ -48,6 +48,21 @@ typename Inspector::result_type inspect(Inspector& f, unregistered_secret& x) {
   return f(caf::meta::type_name("unregistered_secret"), x.value);
 }
 
+// Claims a sequence of `claimed` elements without holding any: the only
+// affordable way for a test to reach CAF 0.17's 32-bit sequence lengths.
+struct claims_sequence {
+  size_t claimed = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, claims_sequence& x) {
+  size_t size = x.claimed;
+  if (auto err = f.begin_sequence(size)) return err;
+  if (auto err = f.end_sequence()) return err;
+  x.claimed = size;
+  return {};
+}
+
 } // namespace objtest
 
 namespace {
@@ -200,6 +215,63 @@ TEST_CASE("allgather_object and gather_object of bool return every rank's "
   }
 }
 
+namespace {
+
+/// The largest input, in bytes, of this rank's recent `op`s of group
+/// `name`, or -1 when none ran.
+int64_t widest_recent(const std::string& name, col::op_kind op) {
+  int64_t widest = -1;
+  for (auto& rec : col::get_group(name)->recent_ops())
+    if (rec.op == op)
+      widest = std::max(widest, static_cast<int64_t>(rec.bytes));
+  return widest;
+}
+
+} // namespace
+
+TEST_CASE("gather_object and scatter_object move one wide object among "
+          "small ones at its own size - small ones padded") {
+  // Rank 1's object is 300 KiB, the others' 64 B. Padded to the widest,
+  // every rank would send (and the root hold) 300 KiB per rank.
+  const size_t wide = 300 << 10;
+  auto object_of = [&](int r) {
+    return std::string(r == 1 ? wide : 64, static_cast<char>('a' + r));
+  };
+  run_ranks(3, "obj-wide", [&](int rank, rank_log& log) {
+    auto got = col::gather_object(object_of(rank), 2, "obj-wide");
+    std::vector<std::string> parts;
+    if (rank == 2)
+      for (int r = 0; r < 3; ++r)
+        parts.push_back(object_of(r));
+    auto mine = col::scatter_object(parts, 2, "obj-wide");
+    log.expect(mine == object_of(rank), "scatter: wrong object");
+    if (rank == 2) {
+      log.expect(got.size() == 3, "gather: not 3 objects");
+      for (int r = 0; r < 3 && r < static_cast<int>(got.size()); ++r)
+        log.expect(got[static_cast<size_t>(r)] == object_of(r),
+                   "gather: object of rank " + std::to_string(r));
+    }
+    // Ranks with a small object sent and received only their own bytes.
+    auto own_bytes = widest_recent("obj-wide", col::op_kind::alltoallv);
+    log.expect(own_bytes >= 0, "no alltoallv moved the payloads");
+    if (rank == 0)
+      log.expect(own_bytes < 1024, "rank 0 sent " + std::to_string(own_bytes) +
+                                     " bytes for its 64 B object");
+    log.expect(widest_recent("obj-wide", col::op_kind::gather) < 0 &&
+                 widest_recent("obj-wide", col::op_kind::scatter) < 0,
+               "the payloads went through a padded gather or scatter");
+    // Objects of similar sizes: padded, through gather and scatter.
+    auto small =
+      col::gather_object(std::string(100 + rank, 'x'), 0, "obj-wide");
+    auto back = col::scatter_object(small, 0, "obj-wide");
+    log.expect(back == std::string(100 + rank, 'x'), "small scatter");
+    log.expect(widest_recent("obj-wide", col::op_kind::gather) > 0 &&
+                 widest_recent("obj-wide", col::op_kind::scatter) > 0,
+               "small objects did not go through gather and scatter");
+    log.checks += 5;
+  });
+}
+
 TEST_CASE("scatter_object hands rank r the root's object r") {
   run_ranks(3, "obj-scatter", [](int rank, rank_log& log) {
     std::vector<model_config> parts;
@@ -315,6 +387,46 @@ TEST_CASE("a caf::message with an unregistered type fails every rank and "
                  });
     // Every rank failed at the same point: the group still works.
     expect_usable(log, "obj-unreg", 3, rank);
+  });
+}
+
+TEST_CASE("a sequence too long for CAF's 32-bit lengths fails to serialize "
+          "instead of reading back as another object") {
+  const size_t too_long = size_t{1} << 32;
+  auto huge =
+    col::detail::encode_object(objtest::claims_sequence{too_long}, nullptr);
+  REQUIRE(huge.failure);
+  CHECK(col::code_of(huge.failure) == col::errc::invalid_argument);
+  auto text = col::render(huge.failure);
+  CHECK(text.find("4294967296 elements") != std::string::npos);
+  CHECK(text.find("at most 4294967295") != std::string::npos);
+  CHECK(huge.bytes.empty());
+  // Without the check, 2^32 + 5 was written as 5 and read back as 5.
+  auto wraps =
+    col::detail::encode_object(objtest::claims_sequence{too_long + 5}, nullptr);
+  CHECK(col::code_of(wraps.failure) == col::errc::invalid_argument);
+  // The longest length the format describes is still written; a length the
+  // reader can afford (elements may be empty) still round-trips.
+  auto longest =
+    col::detail::encode_object(objtest::claims_sequence{too_long - 1}, nullptr);
+  CHECK_FALSE(longest.failure);
+  auto fits =
+    col::detail::encode_object(objtest::claims_sequence{1000}, nullptr);
+  REQUIRE_FALSE(fits.failure);
+  objtest::claims_sequence back;
+  REQUIRE_FALSE(col::detail::decode_object(fits.bytes.data(), fits.bytes.size(),
+                                           back, nullptr));
+  CHECK(back.claimed == 1000);
+}
+
+TEST_CASE("an object with a sequence too long to serialize fails every rank") {
+  run_ranks(3, "obj-too-long", [](int rank, rank_log& log) {
+    objtest::claims_sequence mine{rank == 1 ? size_t{1} << 32 : 3};
+    expect_error(log, "allgather_object", col::errc::invalid_argument,
+                 {"obj-too-long", "allgather_object", "rank(s) [1]",
+                  "4294967296 elements"},
+                 [&] { col::allgather_object(mine, "obj-too-long"); });
+    expect_usable(log, "obj-too-long", 3, rank);
   });
 }
 

@@ -1,9 +1,10 @@
 // The object codec's non-template parts: type names, the registry check for
-// caf::message and the bounded deserializer.
+// caf::message, and the bounded serializer and deserializer.
 #include "caf_collective/object_codec.hpp"
 
 #include <cstdlib>
 #include <cxxabi.h>
+#include <limits>
 #include <memory>
 
 #include <caf/actor_system.hpp>
@@ -150,6 +151,113 @@ caf::error bounded_deserializer::apply_impl(std::u16string& x) {
 }
 
 caf::error bounded_deserializer::apply_impl(std::u32string& x) {
+  return inner_.apply(x);
+}
+
+// -- bounded_serializer -------------------------------------------------------
+
+namespace {
+
+// The longest sequence CAF 0.17's binary format can describe.
+constexpr size_t longest_sequence = std::numeric_limits<uint32_t>::max();
+
+caf::error check_sequence_length(size_t size) {
+  if (size <= longest_sequence) return {};
+  return make_error(errc::invalid_argument,
+                    "a sequence of " + std::to_string(size) +
+                      " elements is longer than CAF 0.17's binary format "
+                      "can describe (at most " +
+                      std::to_string(longest_sequence) + "); split the object");
+}
+
+} // namespace
+
+bounded_serializer::bounded_serializer(caf::execution_unit* ctx,
+                                       std::vector<char>& bytes)
+  : caf::serializer(ctx), inner_(ctx, bytes) {
+  // nop
+}
+
+caf::error bounded_serializer::begin_object(uint16_t& type_nr,
+                                            std::string& name) {
+  return inner_.begin_object(type_nr, name);
+}
+
+caf::error bounded_serializer::end_object() {
+  return inner_.end_object();
+}
+
+caf::error bounded_serializer::begin_sequence(size_t& size) {
+  if (auto err = check_sequence_length(size)) return err;
+  return inner_.begin_sequence(size);
+}
+
+caf::error bounded_serializer::end_sequence() {
+  return inner_.end_sequence();
+}
+
+caf::error bounded_serializer::apply_raw(size_t num_bytes, void* data) {
+  return inner_.apply_raw(num_bytes, data);
+}
+
+caf::error bounded_serializer::apply_impl(int8_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(uint8_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(int16_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(uint16_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(int32_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(uint32_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(int64_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(uint64_t& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(float& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(double& x) {
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(long double& x) {
+  return inner_.apply(x);
+}
+
+// Strings are written by the inner serializer, which never consults this
+// one's begin_sequence: their lengths are checked here.
+caf::error bounded_serializer::apply_impl(std::string& x) {
+  if (auto err = check_sequence_length(x.size())) return err;
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(std::u16string& x) {
+  if (auto err = check_sequence_length(x.size())) return err;
+  return inner_.apply(x);
+}
+
+caf::error bounded_serializer::apply_impl(std::u32string& x) {
+  if (auto err = check_sequence_length(x.size())) return err;
   return inner_.apply(x);
 }
 

@@ -4,8 +4,10 @@
 //            bytes; otherwise an errc and the payload is the text saying why
 //            this rank could not serialize (so every rank can report it).
 //   payload  uint8 [size], moved by the tensor op that fits the collective
-//            (allgatherv, broadcast, gather and scatter padded to the
-//            largest size, send/recv).
+//            (allgatherv, broadcast, send/recv; gather and scatter padded
+//            to the largest size when that costs little, else an alltoallv
+//            whose only blocks go to or come from the root: see
+//            payload_layout).
 //   verdict  int64 [status, source]: whether this rank could read what it
 //            received (and from whom), agreed by an allgather (collectives)
 //            or sent back to the sender (send/recv).
@@ -184,8 +186,8 @@ void check_peer(const object_call& call, int peer, const char* role) {
            " is the caller itself");
 }
 
-// Splits `flat` (blocks of `stride` bytes) into the first `sizes[r]` bytes
-// of each block.
+// Splits `flat` (blocks of `stride` bytes, or of each rank's own size for a
+// stride of 0) into the first `sizes[r]` bytes of each block.
 std::vector<std::vector<char>> split(const std::vector<char>& flat,
                                      const std::vector<size_t>& sizes,
                                      size_t stride) {
@@ -197,6 +199,46 @@ std::vector<std::vector<char>> split(const std::vector<char>& flat,
     offset += stride != 0 ? stride : sizes[r];
   }
   return result;
+}
+
+// Padding may add this many bytes on top of twice the payloads' total.
+constexpr size_t padding_allowance = size_t{64} << 10;
+
+// How gather and scatter move payloads whose sizes every rank knows.
+// Padded, each payload takes a block of the largest size and one gather or
+// scatter moves them: the cheaper op (Gloo's alltoallv costs an agreement
+// round and a message per pair of ranks), taken when padding adds little.
+// Otherwise each payload moves at its own size through an alltoallv whose
+// only blocks go to or come from the root: one wide object among small ones
+// must not make every rank send, and the root hold, world times its size.
+struct payload_layout {
+  std::vector<size_t> sizes;
+  size_t total = 0;
+  size_t widest = 0;
+
+  explicit payload_layout(std::vector<size_t> all) : sizes(std::move(all)) {
+    for (auto size : sizes) {
+      total += size;
+      widest = std::max(widest, size);
+    }
+  }
+
+  bool padded() const {
+    return widest * sizes.size() <= 2 * total + padding_allowance;
+  }
+
+  size_t stride() const { return padded() ? widest : 0; }
+};
+
+// An alltoallv that moves nothing yet: the caller fills in the blocks that
+// go to or come from the root (a gather or scatter of uneven sizes).
+alltoallv_options empty_alltoallv(const object_call& call) {
+  auto world = static_cast<size_t>(call.grp.world_size());
+  alltoallv_options opts;
+  opts.timeout = call.opts.timeout;
+  opts.send_counts.assign(world, 0);
+  opts.recv_counts.assign(world, 0);
+  return opts;
 }
 
 } // namespace
@@ -262,31 +304,44 @@ std::vector<std::vector<char>> allgather_bytes(const object_call& call,
 std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
                                             encoded_object mine) {
   check_rank(call, root, "root");
-  // Every rank learns every size (and every failure): the padded gather
-  // below needs the largest size on every rank.
+  // Every rank learns every size (and every failure), so all of them agree
+  // on the counts of the exchange below and on whether to run it at all.
   auto headers = allgather_headers(call, prepare(mine));
   between_phases();
   if (any_failed(headers)) fail_serialization(call, headers, mine);
   std::vector<size_t> sizes;
-  size_t widest = 0;
-  for (size_t r = 0; r < headers.size(); ++r) {
+  for (size_t r = 0; r < headers.size(); ++r)
     sizes.push_back(checked_size(call, headers[r][1], static_cast<int>(r)));
-    widest = std::max(widest, sizes.back());
-  }
+  payload_layout layout{std::move(sizes)};
   bool is_root = call.grp.rank() == root;
-  std::vector<char> flat(is_root ? widest * sizes.size() : 0);
-  if (widest > 0) {
-    mine.bytes.resize(widest);
-    gather_options opts;
-    opts.timeout = call.opts.timeout;
-    opts.root = root;
+  auto world = layout.sizes.size();
+  std::vector<char> flat;
+  if (layout.padded()) {
+    flat.resize(is_root ? layout.widest * world : 0);
+    if (layout.widest > 0) {
+      mine.bytes.resize(layout.widest);
+      gather_options opts;
+      opts.timeout = call.opts.timeout;
+      opts.root = root;
+      run(call, "the payloads", [&] {
+        return call.grp.gather(bytes_view(mine.bytes.data(), layout.widest),
+                               bytes_view(flat.data(), flat.size()), opts);
+      });
+    }
+  } else {
+    flat.resize(is_root ? layout.total : 0);
+    auto me = static_cast<size_t>(call.grp.rank());
+    auto opts = empty_alltoallv(call);
+    opts.send_counts[static_cast<size_t>(root)] = layout.sizes[me];
+    if (is_root) opts.recv_counts = layout.sizes;
     run(call, "the payloads", [&] {
-      return call.grp.gather(bytes_view(mine.bytes.data(), widest),
-                             bytes_view(flat.data(), flat.size()), opts);
+      return call.grp.alltoallv(
+        bytes_view(mine.bytes.data(), mine.bytes.size()),
+        bytes_view(flat.data(), flat.size()), opts);
     });
   }
   if (!is_root) return {};
-  return split(flat, sizes, widest);
+  return split(flat, layout.sizes, layout.stride());
 }
 
 std::vector<char> scatter_bytes(const object_call& call, int root,
@@ -334,30 +389,43 @@ std::vector<char> scatter_bytes(const object_call& call, int root,
            text_of(text.data(), text.size()));
   }
   std::vector<size_t> sizes;
-  size_t widest = 0;
-  for (size_t r = 0; r < world; ++r) {
+  for (size_t r = 0; r < world; ++r)
     sizes.push_back(checked_size(call, hdr[2 + r], root));
-    widest = std::max(widest, sizes.back());
-  }
+  payload_layout layout{std::move(sizes)};
+  auto me = static_cast<size_t>(call.grp.rank());
+  auto mine = layout.sizes[me];
   std::vector<char> flat;
   if (is_root) {
-    flat.resize(widest * world);
-    for (size_t r = 0; r < world; ++r)
+    // Each part at the start of its block (blocks back to back unpadded).
+    flat.resize(layout.padded() ? layout.widest * world : layout.total);
+    size_t offset = 0;
+    for (size_t r = 0; r < world; ++r) {
       std::copy(parts[r].bytes.begin(), parts[r].bytes.end(),
-                flat.begin() + static_cast<ptrdiff_t>(r * widest));
+                flat.begin() + static_cast<ptrdiff_t>(offset));
+      offset += layout.padded() ? layout.widest : layout.sizes[r];
+    }
   }
-  auto me = static_cast<size_t>(call.grp.rank());
-  std::vector<char> result(widest);
-  if (widest > 0) {
-    scatter_options opts;
-    opts.timeout = call.opts.timeout;
-    opts.root = root;
+  std::vector<char> result(layout.padded() ? layout.widest : mine);
+  if (layout.padded()) {
+    if (layout.widest > 0) {
+      scatter_options opts;
+      opts.timeout = call.opts.timeout;
+      opts.root = root;
+      run(call, "the payloads", [&] {
+        return call.grp.scatter(bytes_view(flat.data(), flat.size()),
+                                bytes_view(result.data(), layout.widest), opts);
+      });
+    }
+    result.resize(mine);
+  } else {
+    auto opts = empty_alltoallv(call);
+    if (is_root) opts.send_counts = layout.sizes;
+    opts.recv_counts[static_cast<size_t>(root)] = mine;
     run(call, "the payloads", [&] {
-      return call.grp.scatter(bytes_view(flat.data(), flat.size()),
-                              bytes_view(result.data(), widest), opts);
+      return call.grp.alltoallv(bytes_view(flat.data(), flat.size()),
+                                bytes_view(result.data(), mine), opts);
     });
   }
-  result.resize(sizes[me]);
   return result;
 }
 
