@@ -78,7 +78,9 @@ struct tcp_store_options {
 };
 
 /// A client of a TCP store. It connects on first use (retrying until the
-/// request's deadline while the server is not up) and keeps one connection.
+/// request's deadline while the server is not up) and keeps its connections
+/// open between requests (one per request in flight at once); a request
+/// never goes out on a connection the server has closed since.
 /// Errors: timeout (server unreachable or key absent by the deadline, naming
 /// the address or key), invalid_argument (refused: wrong or missing secret,
 /// empty run id), backend_error (the connection broke).

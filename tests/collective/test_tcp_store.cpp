@@ -257,6 +257,44 @@ TEST_CASE("a client retries until a server that starts late is up") {
   CHECK(std::string(got->begin(), got->end()) == "late");
 }
 
+TEST_CASE("a client whose idle connection the server closed sends its next "
+          "request on a fresh one") {
+  auto first = col::tcp_store_server::start("127.0.0.1", 0, secret);
+  REQUIRE(first);
+  auto port = (*first)->port();
+  auto store = client_of(port, "run1");
+  REQUIRE_FALSE(store->set("before", bytes("1"))); // one idle connection now
+  // The server restarts on the same port: its end of that connection is
+  // closed; the client's end stays in its pool.
+  first->reset();
+  auto second = col::tcp_store_server::start("127.0.0.1", port, secret);
+  REQUIRE(second);
+  auto set = store->set("after", bytes("2"));
+  CHECK_MESSAGE(!set, col::render(set));
+  auto got = store->get("after", 2s);
+  REQUIRE_MESSAGE(got, col::render(got.error()));
+  CHECK(std::string(got->begin(), got->end()) == "2");
+  // Several idle connections (three gets waiting at once each hold one),
+  // all closed by a restart: none is used.
+  std::vector<char> answered(3, 0); // not vector<bool>: written at once
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < answered.size(); ++i)
+    readers.emplace_back(
+      [&, i] { answered[i] = store->get("later", 10s) ? 1 : 0; });
+  std::this_thread::sleep_for(200ms);
+  REQUIRE_FALSE(client_of(port, "run1")->set("later", bytes("x")));
+  for (auto& t : readers)
+    t.join();
+  CHECK(answered == std::vector<char>(3, 1));
+  second->reset();
+  auto third = col::tcp_store_server::start("127.0.0.1", port, secret);
+  REQUIRE(third);
+  REQUIRE_FALSE(store->set("again", bytes("3")));
+  auto again = store->get("again", 2s);
+  REQUIRE_MESSAGE(again, col::render(again.error()));
+  CHECK(std::string(again->begin(), again->end()) == "3");
+}
+
 TEST_CASE("a server binds only the address it is given") {
   auto server = col::tcp_store_server::start("127.0.0.2", 0, secret);
   REQUIRE(server);

@@ -1,7 +1,9 @@
 // The TCP rendezvous store's client. A request takes an idle connection or
 // opens one (retrying until the request's deadline: the server may start
 // after its clients) and hands it back when done, so threads sharing one
-// store object never wait for each other's blocking gets.
+// store object never wait for each other's blocking gets. An idle
+// connection the server closed meanwhile (it restarted, or dropped a client
+// idle for a day) is never used: the request goes out on a fresh one.
 #include "caf_collective/rendezvous.hpp"
 
 #include <algorithm>
@@ -62,16 +64,18 @@ class tcp_store_client : public rendezvous_store {
                           " bytes) exceeds the store's limits");
     auto limit = std::clamp(timeout, milliseconds{0}, opts_.connect_timeout);
     auto deadline = wire::clock::now() + limit;
-    auto fd = lease(deadline, limit);
-    if (!fd) return fd.error();
     std::vector<char> frame;
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::set));
     wire::put_bytes(frame, key);
     wire::put_bytes(frame, {value.data(), value.size()});
-    auto answer = exchange(
-      *fd, frame, std::max(deadline, wire::clock::now()) + reply_grace);
-    if (!answer) return answer.error();
-    return {};
+    for (bool fresh = false;; fresh = true) {
+      auto conn = lease(deadline, limit, fresh);
+      if (!conn) return conn.error();
+      auto answer = exchange(
+        *conn, frame, std::max(deadline, wire::clock::now()) + reply_grace);
+      if (!answer.failure) return {};
+      if (!retry_on_fresh(*conn, answer)) return answer.failure;
+    }
   }
 
   caf::expected<std::vector<char>> get(const std::string& key,
@@ -81,73 +85,121 @@ class tcp_store_client : public rendezvous_store {
                         "TCP store: key '" + key + "' is too long");
     timeout = detail::bounded_wait(timeout);
     auto deadline = wire::clock::now() + timeout;
-    auto fd = lease(deadline, timeout);
-    if (!fd) return fd.error();
-    // The wait left after connecting: the deadline holds for the whole get.
-    auto left = std::max(
-      milliseconds{0},
-      std::chrono::duration_cast<milliseconds>(deadline - wire::clock::now()));
-    std::vector<char> frame;
-    wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
-    wire::put_bytes(frame, key);
-    wire::put_u64(frame, static_cast<uint64_t>(left.count()));
-    auto answer = exchange(*fd, frame, deadline + reply_grace);
-    if (!answer) return answer.error();
-    if (answer->first != 0)
+    outcome answer;
+    for (bool fresh = false;; fresh = true) {
+      auto conn = lease(deadline, timeout, fresh);
+      if (!conn) return conn.error();
+      // The wait left after connecting: the deadline holds for the whole get.
+      auto left =
+        std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
+                                    deadline - wire::clock::now()));
+      std::vector<char> frame;
+      wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
+      wire::put_bytes(frame, key);
+      wire::put_u64(frame, static_cast<uint64_t>(left.count()));
+      answer = exchange(*conn, frame, deadline + reply_grace);
+      if (!answer.failure) break;
+      if (!retry_on_fresh(*conn, answer)) return answer.failure;
+    }
+    if (answer.status != 0)
       return make_error(errc::timeout,
                         "rendezvous key '" + key +
                           "' did not appear in the TCP store at " + where() +
                           " (run '" + opts_.run_id + "') within " +
                           std::to_string(timeout.count()) + " ms");
-    return std::move(answer->second);
+    return std::move(answer.value);
   }
 
  private:
   std::string where() const { return wire::endpoint(opts_.host, opts_.port); }
 
-  // An idle connection, or a new one.
-  caf::expected<int> lease(wire::clock::time_point deadline,
-                           milliseconds limit) {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      if (!idle_.empty()) {
-        int fd = idle_.back();
-        idle_.pop_back();
-        return fd;
-      }
-    }
-    return connect(deadline, limit);
+  // A connection leased for one request.
+  struct connection {
+    int fd = -1;
+    /// Taken from the idle ones: the server may have closed it meanwhile.
+    bool pooled = false;
+  };
+
+  // One request's reply, or why there is none.
+  struct outcome {
+    caf::error failure;
+    /// The connection closed before any byte of the reply arrived.
+    bool closed_unanswered = false;
+    uint8_t status = 0;
+    std::vector<char> value;
+  };
+
+  // A request on a pooled connection the server closed before answering
+  // (a restart or an idle drop racing the request) goes out once more on a
+  // fresh connection: sets and gets may be repeated safely.
+  static bool retry_on_fresh(const connection& conn, const outcome& answer) {
+    return conn.pooled && answer.closed_unanswered;
   }
 
-  // Sends one request frame on `fd` and reads the reply's status and value.
-  // Hands the connection back when the exchange completed, closes it
-  // otherwise (a late reply would answer the next request).
-  caf::expected<std::pair<uint8_t, std::vector<char>>>
-  exchange(int fd, const std::vector<char>& frame,
-           wire::clock::time_point deadline) {
-    auto broken = [&](const char* what) {
+  // An idle connection still open, or a new one (`fresh`: always new).
+  caf::expected<connection> lease(wire::clock::time_point deadline,
+                                  milliseconds limit, bool fresh) {
+    while (!fresh) {
+      int fd = -1;
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        if (idle_.empty()) break;
+        fd = idle_.back();
+        idle_.pop_back();
+      }
+      if (still_open(fd)) return connection{fd, true};
       ::close(fd);
-      return make_error(errc::backend_error, std::string{"TCP store: "} + what +
-                                               " the store at " + where() +
-                                               " (run '" + opts_.run_id +
-                                               "'); the server is gone or "
-                                               "stopped answering");
+    }
+    auto fd = connect(deadline, limit);
+    if (!fd) return fd.error();
+    return connection{*fd, false};
+  }
+
+  // An idle connection has nothing to read: readable means the server
+  // closed it (or broke the protocol), so it must not carry a request.
+  static bool still_open(int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    int rc;
+    do {
+      rc = ::poll(&p, 1, 0);
+    } while (rc < 0 && errno == EINTR);
+    return rc == 0;
+  }
+
+  // Sends one request frame on the leased connection and reads the reply's
+  // status and value. Hands the connection back when the exchange
+  // completed, closes it otherwise (a late reply would answer the next
+  // request).
+  outcome exchange(const connection& conn, const std::vector<char>& frame,
+                   wire::clock::time_point deadline) {
+    outcome result;
+    auto broken = [&](const char* what, wire::io_result io, bool unanswered) {
+      ::close(conn.fd);
+      result.closed_unanswered = unanswered && io == wire::io_result::closed;
+      result.failure =
+        make_error(errc::backend_error,
+                   std::string{"TCP store: "} + what + " the store at " +
+                     where() + " (run '" + opts_.run_id +
+                     "'); the server is gone or stopped answering");
+      return std::move(result);
     };
-    if (wire::send_all(fd, frame.data(), frame.size(), deadline) !=
-        wire::io_result::done)
-      return broken("lost the connection while sending to");
-    uint8_t code = 0;
-    if (wire::recv_all(fd, &code, 1, deadline) != wire::io_result::done)
-      return broken("no answer from");
+    if (auto io = wire::send_all(conn.fd, frame.data(), frame.size(), deadline);
+        io != wire::io_result::done)
+      return broken("lost the connection while sending to", io, true);
+    if (auto io = wire::recv_all(conn.fd, &result.status, 1, deadline);
+        io != wire::io_result::done)
+      return broken("no answer from", io, true);
     std::string value;
-    if (wire::recv_sized(fd, value, wire::max_value_size, deadline) !=
-        wire::io_result::done)
-      return broken("incomplete answer from");
+    if (auto io =
+          wire::recv_sized(conn.fd, value, wire::max_value_size, deadline);
+        io != wire::io_result::done)
+      return broken("incomplete answer from", io, false);
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      idle_.push_back(fd);
+      idle_.push_back(conn.fd);
     }
-    return std::make_pair(code, std::vector<char>{value.begin(), value.end()});
+    result.value.assign(value.begin(), value.end());
+    return result;
   }
 
   // One attempt to open a TCP connection; returns the socket or -1 with
