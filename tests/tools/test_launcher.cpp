@@ -182,6 +182,52 @@ TEST_CASE("a rank killed by a signal stops the launch with 128 + the "
     contains(read_file(dir.path / "stderr"), "rank 1 was killed by signal 9"));
 }
 
+TEST_CASE("an unfinished line - a prompt - is printed while the rank still "
+          "runs") {
+  test::temp_dir dir;
+  auto go = (dir.path / "go").string();
+  // The rank prints a prompt without a newline, then waits (30 s at most)
+  // for the test to have seen it.
+  auto pid = start_launcher(
+    dir, {"-n", "1", "/bin/sh", "-c",
+          "printf 'continue? '; i=0; while [ ! -e '" + go +
+            "' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+            "echo yes"});
+  bool seen = false;
+  for (int i = 0; i < 400 && !seen; ++i, std::this_thread::sleep_for(50ms))
+    seen = contains(read_file(dir.path / "stdout"), "[rank 0] continue? ");
+  std::ofstream{go} << "go";
+  CHECK(test::wait_process(pid, 60s) == 0);
+  auto out = read_file(dir.path / "stdout");
+  INFO("stdout: " << out);
+  CHECK_MESSAGE(seen, "the prompt was held until the rank went on");
+  CHECK(out == "[rank 0] continue? \n[rank 0] yes\n");
+}
+
+TEST_CASE("a line too long to hold is printed in parts, none of it lost") {
+  test::temp_dir dir;
+  auto pid = start_launcher(
+    dir, {"-n", "1", "/bin/sh", "-c",
+          "head -c 300000 /dev/zero | tr '\\0' x; echo; echo after"});
+  CHECK(test::wait_process(pid, 60s) == 0);
+  auto out = read_file(dir.path / "stdout");
+  std::istringstream lines{out};
+  size_t xs = 0;
+  int parts = 0;
+  std::string last;
+  for (std::string line; std::getline(lines, line); last = line) {
+    REQUIRE(line.rfind("[rank 0] ", 0) == 0);
+    auto body = line.substr(9);
+    if (body == "after") continue;
+    CHECK(body.find_first_not_of('x') == std::string::npos);
+    xs += body.size();
+    ++parts;
+  }
+  CHECK(xs == 300000);
+  CHECK(parts > 1);
+  CHECK(last == "[rank 0] after");
+}
+
 namespace {
 
 void check_forwarded(int sig) {

@@ -44,9 +44,17 @@ void note(const std::string& text) {
   write_all(2, "[caf_collective_run] " + text + "\n");
 }
 
-// Prints every complete line of `pending` with the rank's prefix; with
-// `flush`, also the rest (the stream ended without a final newline).
-void emit_lines(int rank, std::string& pending, int to_fd, bool flush) {
+// How long an unfinished line waits for its newline before it is printed
+// as it stands (so a prompt or a progress bar shows), and how much of one
+// is held at most.
+constexpr auto unfinished_line_wait = std::chrono::milliseconds{200};
+constexpr size_t longest_held_line = 64 * 1024;
+
+// Prints every complete line of `stream.pending` with the rank's prefix,
+// and the unfinished rest too (ended with a newline of its own) when
+// `flush` says so or it grew too long.
+void emit_lines(int rank, rank_output& stream, int to_fd, bool flush) {
+  auto& pending = stream.pending;
   std::string prefix = "[rank " + std::to_string(rank) + "] ";
   std::string out;
   size_t start = 0;
@@ -58,27 +66,53 @@ void emit_lines(int rank, std::string& pending, int to_fd, bool flush) {
     start = nl + 1;
   }
   pending.erase(0, start);
-  if (flush && !pending.empty()) {
+  if (!pending.empty() && (flush || pending.size() >= longest_held_line)) {
     out += prefix + pending + "\n";
     pending.clear();
   }
+  if (pending.empty())
+    stream.waiting_since = clock::time_point::max();
+  else if (start > 0 || stream.waiting_since == clock::time_point::max())
+    stream.waiting_since = clock::now(); // a new unfinished line
   // One write per batch of lines: lines of different ranks never mix.
   if (!out.empty()) write_all(to_fd, out);
 }
 
-// Reads what is available on `fd`; closes it at end of stream.
-void drain(int rank, int& fd, std::string& pending, int to_fd) {
+// Reads what is available on the stream; closes it at end of stream.
+void drain(int rank, rank_output& stream, int to_fd) {
   char buf[65536];
-  auto n = ::read(fd, buf, sizeof(buf));
+  auto n = ::read(stream.fd, buf, sizeof(buf));
   if (n > 0) {
-    pending.append(buf, static_cast<size_t>(n));
-    emit_lines(rank, pending, to_fd, false);
+    stream.pending.append(buf, static_cast<size_t>(n));
+    emit_lines(rank, stream, to_fd, false);
     return;
   }
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  emit_lines(rank, pending, to_fd, true);
-  ::close(fd);
-  fd = -1;
+  emit_lines(rank, stream, to_fd, true);
+  ::close(stream.fd);
+  stream.fd = -1;
+}
+
+// When the next unfinished line is due to be printed as it stands.
+clock::time_point next_unfinished_due(const std::vector<rank_process>& ranks) {
+  auto due = clock::time_point::max();
+  for (auto& r : ranks)
+    for (auto* stream : {&r.out, &r.err})
+      if (stream->waiting_since != clock::time_point::max())
+        due = std::min(due, stream->waiting_since + unfinished_line_wait);
+  return due;
+}
+
+void print_unfinished_lines_due(std::vector<rank_process>& ranks) {
+  auto now = clock::now();
+  for (auto& r : ranks) {
+    if (r.out.waiting_since != clock::time_point::max() &&
+        now >= r.out.waiting_since + unfinished_line_wait)
+      emit_lines(r.rank, r.out, 1, true);
+    if (r.err.waiting_since != clock::time_point::max() &&
+        now >= r.err.waiting_since + unfinished_line_wait)
+      emit_lines(r.rank, r.err, 2, true);
+  }
 }
 
 int status_of(int wait_status) {
@@ -192,8 +226,8 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
   }
   out.rank = rank;
   out.pid = pid;
-  out.out_fd = out_pipe[0];
-  out.err_fd = err_pipe[0];
+  out.out.fd = out_pipe[0];
+  out.err.fd = err_pipe[0];
   out.running = true;
   return {};
 }
@@ -246,7 +280,7 @@ int supervise(std::vector<rank_process>& ranks,
     bool any_running = std::any_of(ranks.begin(), ranks.end(),
                                    [](auto& r) { return r.running; });
     bool any_open = std::any_of(ranks.begin(), ranks.end(), [](auto& r) {
-      return r.out_fd >= 0 || r.err_fd >= 0;
+      return r.out.fd >= 0 || r.err.fd >= 0;
     });
     if (!any_running && drain_until == clock::time_point::max())
       drain_until = clock::now() + std::chrono::seconds{1};
@@ -254,16 +288,16 @@ int supervise(std::vector<rank_process>& ranks,
     std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
     std::vector<std::pair<rank_process*, bool>> owners{{nullptr, false}};
     for (auto& r : ranks) {
-      if (r.out_fd >= 0) {
-        fds.push_back({r.out_fd, POLLIN, 0});
+      if (r.out.fd >= 0) {
+        fds.push_back({r.out.fd, POLLIN, 0});
         owners.emplace_back(&r, true);
       }
-      if (r.err_fd >= 0) {
-        fds.push_back({r.err_fd, POLLIN, 0});
+      if (r.err.fd >= 0) {
+        fds.push_back({r.err.fd, POLLIN, 0});
         owners.emplace_back(&r, false);
       }
     }
-    auto wake_at = std::min(kill_at, drain_until);
+    auto wake_at = std::min({kill_at, drain_until, next_unfinished_due(ranks)});
     int timeout_ms = -1;
     if (wake_at != clock::time_point::max())
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -292,10 +326,11 @@ int supervise(std::vector<rank_process>& ranks,
       if (fds[i].revents == 0) continue;
       auto [r, is_out] = owners[i];
       if (is_out)
-        drain(r->rank, r->out_fd, r->out_pending, 1);
+        drain(r->rank, r->out, 1);
       else
-        drain(r->rank, r->err_fd, r->err_pending, 2);
+        drain(r->rank, r->err, 2);
     }
+    print_unfinished_lines_due(ranks);
     reap();
     if (stopping && clock::now() >= kill_at) {
       for (auto& r : ranks)
@@ -308,13 +343,13 @@ int supervise(std::vector<rank_process>& ranks,
     }
   }
   for (auto& r : ranks) {
-    if (r.out_fd >= 0) {
-      emit_lines(r.rank, r.out_pending, 1, true);
-      ::close(r.out_fd);
+    if (r.out.fd >= 0) {
+      emit_lines(r.rank, r.out, 1, true);
+      ::close(r.out.fd);
     }
-    if (r.err_fd >= 0) {
-      emit_lines(r.rank, r.err_pending, 2, true);
-      ::close(r.err_fd);
+    if (r.err.fd >= 0) {
+      emit_lines(r.rank, r.err, 2, true);
+      ::close(r.err.fd);
     }
   }
   if (first_failed >= 0) return ranks[first_failed].status;

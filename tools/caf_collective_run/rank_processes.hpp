@@ -1,7 +1,8 @@
 // The rank processes of one launch: started in process groups of their
 // own, their output read through pipes and printed line by line with a
-// "[rank R] " prefix, signals forwarded, and the group stopped when one
-// rank fails.
+// "[rank R] " prefix (a line left unfinished for a moment, a prompt or
+// progress dots, is printed as it stands), signals forwarded, and the group
+// stopped when one rank fails.
 #pragma once
 
 #include <chrono>
@@ -12,15 +13,22 @@
 
 namespace caf_collective::launcher {
 
+/// One output stream of a rank, as the launcher reads it.
+struct rank_output {
+  /// The pipe's read end; -1 once closed.
+  int fd = -1;
+  /// Output not yet printed: the part after the last newline.
+  std::string pending;
+  /// When `pending` began to wait for its newline (max: nothing waits).
+  std::chrono::steady_clock::time_point waiting_since =
+    std::chrono::steady_clock::time_point::max();
+};
+
 struct rank_process {
   int rank = 0;
   pid_t pid = -1;
-  /// Read ends of the rank's stdout and stderr; -1 once closed.
-  int out_fd = -1;
-  int err_fd = -1;
-  /// Output not yet printed: the part after the last newline.
-  std::string out_pending;
-  std::string err_pending;
+  rank_output out;
+  rank_output err;
   bool running = false;
   /// Exit code, or 128 + signal number.
   int status = 0;
