@@ -25,7 +25,8 @@ inline constexpr std::string_view default_group_name = "default";
 
 /// Binds the calling thread to its own table of groups for the lifetime of
 /// the object, so one thread acts as one member. Destroying the scope
-/// destroys the groups still initialized in it.
+/// destroys the groups still initialized in it, as destroy_collective_group
+/// does: handles kept from get_group() run nothing more.
 class member_scope {
  public:
   member_scope();

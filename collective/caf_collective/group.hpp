@@ -302,7 +302,10 @@ class group : public std::enable_shared_from_this<group> {
   // has posted the matching receive, so on one lane a ring of
   // send_async + recv would deadlock.
   std::unique_ptr<detail::lane> send_lane_;
-  backend_ptr backend_; // created on the lane, used by whoever holds the lane
+  // Created on the lane, used by whoever holds the lane. Shared so that
+  // abort() can end the backend's ops outside backend_mtx_: their
+  // completion callbacks may close the group, which takes that lock.
+  std::shared_ptr<backend> backend_;
   mutable std::mutex backend_mtx_; // guards backend_ (abort() from outside)
   std::string backend_in_use_;     // guarded by backend_mtx_
   work formed_; // completes when the backend exists (or formation failed)

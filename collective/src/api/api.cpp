@@ -109,7 +109,12 @@ member_scope::member_scope()
 
 member_scope::~member_scope() {
   current_table = previous_;
-  // Groups drain their lanes as they are destroyed here.
+  // Closed as destroy_collective_group would: a group the caller still
+  // holds (get_group) refuses its later ops instead of running them against
+  // peers that are gone, and its lanes and connections end here, not on
+  // whichever thread drops the last handle.
+  for (auto& [name, g] : table_->groups)
+    if (g) g->close();
   table_->groups.clear();
 }
 
@@ -137,7 +142,18 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
                                  "(destroy it first)")};
     tbl.groups.emplace(cfg.name, nullptr);
   }
-  auto created = group::create(std::move(cfg));
+  auto forget_reservation = [&] {
+    std::lock_guard<std::mutex> guard{tbl.mtx};
+    tbl.groups.erase(tbl.groups.find(group_name));
+  };
+  caf::expected<group_ptr> created = group_ptr{};
+  try {
+    created = group::create(std::move(cfg));
+  } catch (...) {
+    // Out of threads or memory: the name stays free to try again.
+    forget_reservation();
+    throw;
+  }
   std::lock_guard<std::mutex> guard{tbl.mtx};
   auto i = tbl.groups.find(group_name);
   if (!created) {

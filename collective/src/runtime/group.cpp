@@ -1,5 +1,7 @@
 #include "caf_collective/group.hpp"
 
+#include <exception>
+
 #include <caf/expected.hpp>
 
 #include "runtime/backend_factory.hpp"
@@ -94,6 +96,13 @@ caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
       std::lock_guard<std::mutex> guard{self->backend_mtx_};
       self->backend_ = std::move(*created);
       self->backend_in_use_ = std::string{self->backend_->name()};
+      // An abort that came while the backend was being made found none to
+      // abort: its peers must still learn of it.
+      if (self->broken()) {
+        self->backend_->abort("the group was aborted while it formed");
+        detail::lane::complete_when_idle(state, self->broken_reason());
+        return;
+      }
     }
     static auto& log = detail::logger_for("group");
     log.debug("group '{}' rank {}/{} formed on {}", self->cfg_.name,
@@ -175,9 +184,16 @@ void group::abort(std::string why) {
   {
     // The backend ends its running ops: they return from the backend soon
     // (Gloo's failed connections and shm's abort mark wake their waits),
-    // and their lanes report them.
-    std::lock_guard<std::mutex> guard{backend_mtx_};
-    if (backend_) backend_->abort(why);
+    // and their lanes report them. Not under backend_mtx_: shm completes
+    // ops started without blocking right here, and their callbacks may
+    // close the group. The copy keeps the backend alive until the abort
+    // returned, even if such a callback shut the group down.
+    std::shared_ptr<backend> target;
+    {
+      std::lock_guard<std::mutex> guard{backend_mtx_};
+      target = backend_;
+    }
+    if (target) target->abort(why);
   }
   std::deque<pending_op> pending;
   {
@@ -214,6 +230,22 @@ void group::track_pending(const std::shared_ptr<detail::work_state>& state,
 
 namespace {
 
+// Lets go of a lane claimed for an op run on the caller's thread, however
+// the op ends (an exception included: a lane left claimed runs nothing
+// again).
+class claim_release {
+ public:
+  explicit claim_release(detail::lane& target) noexcept : target_(target) {
+    // nop
+  }
+  ~claim_release() { target_.release(); }
+  claim_release(const claim_release&) = delete;
+  claim_release& operator=(const claim_release&) = delete;
+
+ private:
+  detail::lane& target_;
+};
+
 // Completes once `target` ran every task posted to it so far.
 work lane_marker(detail::lane& target) {
   auto state = std::make_shared<detail::work_state>(0);
@@ -249,7 +281,7 @@ void group::close() {
   }
   // Shuts the backend down once nothing runs on the lanes any more.
   auto shut_down = [](group& g) {
-    backend_ptr victim;
+    std::shared_ptr<backend> victim;
     {
       std::lock_guard<std::mutex> guard{g.backend_mtx_};
       if (g.backend_ && g.broken())
@@ -301,7 +333,14 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
   if (!started) note_started(seq, p2p);
   auto err = refusal(op, static_cast<int64_t>(seq), body.dev, body.type);
   if (!err) {
-    err = body(*backend_, call_of(seq, body.timeout));
+    try {
+      err = body(*backend_, call_of(seq, body.timeout));
+    } catch (const std::exception& e) {
+      // On a lane an escaping exception would end the process.
+      err =
+        make_error(errc::backend_error, context(op, static_cast<int64_t>(seq)),
+                   std::string{"the backend threw: "} + e.what());
+    }
     after_failure(err);
   }
   note_finished(seq, p2p, err);
@@ -336,12 +375,16 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   bool p2p = op == op_kind::send || op == op_kind::recv;
   // The op as a lane task: it outlives this call, so it keeps copies of
   // the caller's arguments.
-  auto post = [this, &state, op, p2p, &body, &target] {
+  auto post = [this, &state, op, p2p, &body, &target](bool ahead) {
     body.keep();
-    target.post([self = shared_from_this(), state, op, p2p,
+    auto task = [self = shared_from_this(), state, op, p2p,
                  task = std::move(body)]() mutable {
       self->run_task(state, op, p2p, task, false);
-    });
+    };
+    if (ahead)
+      target.post_ahead(std::move(task));
+    else
+      target.post(std::move(task));
   };
   bool run_here = false;
   bool start_here = false;
@@ -354,15 +397,24 @@ work group::submit(op_kind op, caf::error validation, Fn body,
         0, make_error(errc::aborted, context(op, -1),
                       "the group was destroyed; this handle runs nothing "
                       "more (initialize the group again)"));
-    seq = p2p ? next_p2p_seq_++ : next_seq_++;
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
     // Any other caller may still start an op that needs no waiting on its
     // own thread (op_body::start), holding the lane until the op is over.
-    if (detail::run_inline_scope::active())
+    if (detail::run_inline_scope::active()) {
       run_here = target.try_claim();
-    else if constexpr (Fn::startable)
+      // On the lane's own thread (a completion callback) with ops queued,
+      // the blocking caller would wait for the thread it runs on.
+      if (!run_here && target.on_lane())
+        return work::completed(
+          0, make_error(errc::invalid_argument, context(op, -1),
+                        "a blocking op called on the group's own lane (from "
+                        "a completion callback) while ops are queued there "
+                        "would wait for itself; submit it async instead"));
+    } else if constexpr (Fn::startable) {
       start_here = target.try_claim();
+    }
+    seq = p2p ? next_p2p_seq_++ : next_seq_++;
     // abort() ends the tracked ops for whoever waits on their handles. An
     // op run here has no such waiter and needs no shared state: its caller
     // is inside it, and the backend's abort ends it (Gloo's only at the
@@ -373,20 +425,22 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     }
     // An op run here starts now: one history entry instead of two.
     history_.queued(seq, p2p, op, body.bytes, run_here);
-    if (!run_here && !start_here) post();
+    if (!run_here && !start_here) post(false);
   }
   if (run_here) {
     caf::error err;
     {
       detail::lane::task_scope completions; // announced after the release
+      claim_release release{target};
       err = run_body(op, seq, p2p, body, true);
-      target.release();
     }
     return work::completed(seq, std::move(err));
   }
   if (start_here && !start_without_blocking(state, op, p2p, body, target)) {
-    // Posted before letting go of the lane: it stays in order.
-    post();
+    // Queued before letting go of the lane, and ahead of what others
+    // queued while this thread held it (a later op, or the drain of a
+    // close): it stays in order, and runs before the backend shuts down.
+    post(true);
     target.release();
   }
   return work{state};
@@ -398,6 +452,9 @@ caf::error group::refusal(op_kind op, int64_t seq, const device& dev,
     return make_error(errc::aborted, context(op, seq),
                       "group is broken by an earlier failure: " +
                         render(broken_reason()));
+  if (!backend_)
+    return make_error(errc::aborted, context(op, seq),
+                      "the group was destroyed before this op ran");
   if (op != op_kind::barrier && !backend_->supports(op, dev.kind, type))
     return make_error(errc::unsupported, context(op, seq),
                       "backend " + std::string{backend_->name()} +

@@ -67,6 +67,13 @@ void lane::post(task fn) {
   if (wake) state_->cv.notify_one();
 }
 
+void lane::post_ahead(task fn) {
+  std::lock_guard<std::mutex> guard{state_->mtx};
+  state_->tasks.push_front(std::move(fn));
+  // Claimed: release() wakes the thread for it.
+  state_->word.fetch_add(queue_state::one_task);
+}
+
 bool lane::try_claim() {
   // Idle means no flag and no task: one compare-and-swap, no lock (the
   // blocking API claims the lane for every small op).
@@ -214,8 +221,9 @@ thread_local bool inline_allowed = false;
 
 } // namespace
 
-run_inline_scope::run_inline_scope() noexcept : previous_(inline_allowed) {
-  inline_allowed = true;
+run_inline_scope::run_inline_scope(bool allowed) noexcept
+  : previous_(inline_allowed) {
+  inline_allowed = allowed;
 }
 
 run_inline_scope::~run_inline_scope() {

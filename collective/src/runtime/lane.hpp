@@ -48,6 +48,11 @@ class lane {
   /// Queues `fn`; tasks run one at a time in posting order.
   void post(task fn);
 
+  /// Queues `fn` ahead of every task queued so far. Only for the holder of
+  /// a claim that hands its op to the lane after all: whatever was posted
+  /// while it held the lane came after that op.
+  void post_ahead(task fn);
+
   /// Lets the caller run one task itself, in order: succeeds only if the
   /// lane is idle and nothing is queued. Tasks posted meanwhile wait until
   /// `release`. The blocking API uses this to save two thread hand-offs.
@@ -143,12 +148,15 @@ class lane {
 /// waits for the result anyway.
 class run_inline_scope {
  public:
-  run_inline_scope() noexcept;
+  /// `allowed` false takes the license away for the scope: for code that
+  /// runs on a blocking caller's thread on someone else's behalf (a
+  /// completion callback), whose async submits must stay async.
+  explicit run_inline_scope(bool allowed = true) noexcept;
   ~run_inline_scope();
   run_inline_scope(const run_inline_scope&) = delete;
   run_inline_scope& operator=(const run_inline_scope&) = delete;
 
-  /// Whether the calling thread is inside a run_inline_scope.
+  /// Whether the calling thread's innermost run_inline_scope allows it.
   static bool active() noexcept;
 
  private:

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "caf_collective/error.hpp"
+#include "runtime/lane.hpp"
 #include "runtime/work_state.hpp"
 #include "vocabulary/log.hpp"
 
@@ -30,6 +31,10 @@ void run_callback(const work::callback& fn, const caf::error& err,
       // std::terminate.
     }
   };
+  // A callback may run inside a blocking call of another rank or op (the
+  // last arrival finishes the others' ops): an op it submits is not that
+  // call's to run inline.
+  run_inline_scope not_blocking{false};
   try {
     fn(err);
   } catch (const std::exception& e) {
