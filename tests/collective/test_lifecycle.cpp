@@ -9,6 +9,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/lane.hpp"
@@ -20,8 +21,8 @@ using test::rank_log;
 
 namespace {
 
-/// Rank `rank` of group `name` over `store`, formed (the caller waits for
-/// the others with formed_all).
+/// Rank `rank` of group `name` over `store`, forming (`formed` completes
+/// once every rank joined).
 std::shared_ptr<col::group> member_of(const std::string& name, int world,
                                       int rank, const std::string& backend,
                                       const col::rendezvous_store_ptr& store,
@@ -37,6 +38,20 @@ std::shared_ptr<col::group> member_of(const std::string& name, int world,
   auto g = col::group::make(cfg, &formed);
   REQUIRE_MESSAGE(g, col::render(g.error()));
   return *g;
+}
+
+/// Both ends of a formed 2-rank group `name`, as threads of this process.
+std::pair<std::shared_ptr<col::group>, std::shared_ptr<col::group>>
+formed_pair(const std::string& name, const std::string& backend,
+            std::chrono::milliseconds timeout = 10s) {
+  auto store = col::make_in_process_store();
+  col::work formed0;
+  col::work formed1;
+  auto g0 = member_of(name, 2, 0, backend, store, formed0, timeout);
+  auto g1 = member_of(name, 2, 1, backend, store, formed1, timeout);
+  REQUIRE_FALSE(formed0.wait());
+  REQUIRE_FALSE(formed1.wait());
+  return {g0, g1};
 }
 
 /// Fails the test and ends the process when `outcome` is not ready within
@@ -109,13 +124,7 @@ TEST_CASE("a completion callback that closes its group while an abort ends "
   // for the absent peer; the abort ends it and runs its callbacks right
   // there. One that closes the group used to wait for the lock the abort
   // held.
-  auto store = col::make_in_process_store();
-  col::work formed0;
-  col::work formed1;
-  auto g0 = member_of("abort_close", 2, 0, "shm", store, formed0);
-  auto g1 = member_of("abort_close", 2, 1, "shm", store, formed1);
-  REQUIRE_FALSE(formed0.wait());
-  REQUIRE_FALSE(formed1.wait());
+  auto [g0, g1] = formed_pair("abort_close", "shm");
   std::vector<float> x(16, 1.0f);
   auto w = g0->allreduce(col::view_of(x), col::view_of(x));
   std::promise<std::string> closed_in_callback;
@@ -146,13 +155,7 @@ TEST_CASE("an async op submitted from a callback that runs inside another "
   // That callback's async submit used to inherit the blocking caller's
   // license to run inline: it ran rank 1's next op on rank 0's thread,
   // waiting for rank 0's next op, which that very thread was to submit.
-  auto store = col::make_in_process_store();
-  col::work formed0;
-  col::work formed1;
-  auto g0 = member_of("inline_leak", 2, 0, "shm", store, formed0, 5s);
-  auto g1 = member_of("inline_leak", 2, 1, "shm", store, formed1, 5s);
-  REQUIRE_FALSE(formed0.wait());
-  REQUIRE_FALSE(formed1.wait());
+  auto [g0, g1] = formed_pair("inline_leak", "shm", 5s);
   std::vector<float> first1(16, 2.0f);
   std::vector<float> second1(16, 20.0f);
   std::promise<col::work> chained;
@@ -190,13 +193,7 @@ TEST_CASE("a blocking op called from a callback on the group's own lane "
   // Gloo runs rank 0's first op on its lane; its callback runs on that lane
   // while the second op waits in the queue. A blocking op there would queue
   // behind the second and wait for the lane thread that runs the callback.
-  auto store = col::make_in_process_store();
-  col::work formed0;
-  col::work formed1;
-  auto g0 = member_of("own_lane_block", 2, 0, "gloo", store, formed0);
-  auto g1 = member_of("own_lane_block", 2, 1, "gloo", store, formed1);
-  REQUIRE_FALSE(formed0.wait());
-  REQUIRE_FALSE(formed1.wait());
+  auto [g0, g1] = formed_pair("own_lane_block", "gloo");
   std::vector<float> a0(8, 1.0f), b0(8, 1.0f), c0(8, 1.0f);
   std::promise<std::string> blocked;
   auto outcome = blocked.get_future();
