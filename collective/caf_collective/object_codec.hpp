@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include <caf/binary_deserializer.hpp>
@@ -41,74 +42,81 @@ caf::execution_unit* serialization_context(caf::actor_system* sys) noexcept;
 /// nothing instead of failing).
 caf::error check_registered(caf::actor_system& sys, const caf::message& msg);
 
+/// A CAF (de)serializer that hands every call to an `Inner` one (CAF's
+/// binary classes are final, so they are wrapped, not derived from); the
+/// bounded variants below override the calls they check.
+template<class Base, class Inner>
+class forwarding_processor : public Base {
+ public:
+  template<class... Ts>
+  explicit forwarding_processor(caf::execution_unit* ctx, Ts&&... xs)
+    : Base(ctx), inner_(ctx, std::forward<Ts>(xs)...) {
+    // nop
+  }
+
+  caf::error begin_object(uint16_t& type_nr, std::string& name) override {
+    return inner_.begin_object(type_nr, name);
+  }
+  caf::error end_object() override { return inner_.end_object(); }
+  caf::error begin_sequence(size_t& size) override {
+    return inner_.begin_sequence(size);
+  }
+  caf::error end_sequence() override { return inner_.end_sequence(); }
+  caf::error apply_raw(size_t num_bytes, void* data) override {
+    return inner_.apply_raw(num_bytes, data);
+  }
+
+ protected:
+  caf::error apply_impl(int8_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(uint8_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(int16_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(uint16_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(int32_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(uint32_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(int64_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(uint64_t& x) override { return inner_.apply(x); }
+  caf::error apply_impl(float& x) override { return inner_.apply(x); }
+  caf::error apply_impl(double& x) override { return inner_.apply(x); }
+  caf::error apply_impl(long double& x) override { return inner_.apply(x); }
+  caf::error apply_impl(std::string& x) override { return inner_.apply(x); }
+  caf::error apply_impl(std::u16string& x) override { return inner_.apply(x); }
+  caf::error apply_impl(std::u32string& x) override { return inner_.apply(x); }
+
+  Inner inner_;
+};
+
 /// CAF's binary deserializer with one more check: a sequence may not claim
 /// far more elements than bytes remain. CAF resizes byte vectors to the
 /// claimed size before reading them, so a corrupted length would otherwise
 /// allocate and zero up to 4 GiB before failing.
-class bounded_deserializer final : public caf::deserializer {
+class bounded_deserializer final
+  : public forwarding_processor<caf::deserializer, caf::binary_deserializer> {
  public:
   bounded_deserializer(caf::execution_unit* ctx, const char* data, size_t size);
 
   size_t remaining() const noexcept { return inner_.remaining(); }
 
-  caf::error begin_object(uint16_t& type_nr, std::string& name) override;
-  caf::error end_object() override;
   caf::error begin_sequence(size_t& size) override;
-  caf::error end_sequence() override;
-  caf::error apply_raw(size_t num_bytes, void* data) override;
-
- protected:
-  caf::error apply_impl(int8_t& x) override;
-  caf::error apply_impl(uint8_t& x) override;
-  caf::error apply_impl(int16_t& x) override;
-  caf::error apply_impl(uint16_t& x) override;
-  caf::error apply_impl(int32_t& x) override;
-  caf::error apply_impl(uint32_t& x) override;
-  caf::error apply_impl(int64_t& x) override;
-  caf::error apply_impl(uint64_t& x) override;
-  caf::error apply_impl(float& x) override;
-  caf::error apply_impl(double& x) override;
-  caf::error apply_impl(long double& x) override;
-  caf::error apply_impl(std::string& x) override;
-  caf::error apply_impl(std::u16string& x) override;
-  caf::error apply_impl(std::u32string& x) override;
-
- private:
-  caf::binary_deserializer inner_;
 };
 
 /// CAF's binary serializer with one more check: CAF 0.17 writes a
 /// sequence's length in 32 bits, so a string or container of 2^32 elements
 /// or more would be written with a wrapped length and read back as another
 /// object (or as garbage). Such a sequence fails to serialize instead.
-class bounded_serializer final : public caf::serializer {
+class bounded_serializer final
+  : public forwarding_processor<caf::serializer, caf::binary_serializer> {
  public:
   bounded_serializer(caf::execution_unit* ctx, std::vector<char>& bytes);
 
-  caf::error begin_object(uint16_t& type_nr, std::string& name) override;
-  caf::error end_object() override;
   caf::error begin_sequence(size_t& size) override;
-  caf::error end_sequence() override;
-  caf::error apply_raw(size_t num_bytes, void* data) override;
 
  protected:
-  caf::error apply_impl(int8_t& x) override;
-  caf::error apply_impl(uint8_t& x) override;
-  caf::error apply_impl(int16_t& x) override;
-  caf::error apply_impl(uint16_t& x) override;
-  caf::error apply_impl(int32_t& x) override;
-  caf::error apply_impl(uint32_t& x) override;
-  caf::error apply_impl(int64_t& x) override;
-  caf::error apply_impl(uint64_t& x) override;
-  caf::error apply_impl(float& x) override;
-  caf::error apply_impl(double& x) override;
-  caf::error apply_impl(long double& x) override;
+  using forwarding_processor::apply_impl;
+  // Strings are written by the inner serializer, which never consults this
+  // one's begin_sequence: their lengths are checked here.
   caf::error apply_impl(std::string& x) override;
   caf::error apply_impl(std::u16string& x) override;
   caf::error apply_impl(std::u32string& x) override;
-
- private:
-  caf::binary_serializer inner_;
 };
 
 /// Renders a failure of CAF's (de)serializer together with the type.

@@ -67,17 +67,8 @@ std::string describe_codec_failure(const char* what, const std::string& type,
 
 bounded_deserializer::bounded_deserializer(caf::execution_unit* ctx,
                                            const char* data, size_t size)
-  : caf::deserializer(ctx), inner_(ctx, data, size) {
+  : forwarding_processor(ctx, data, size) {
   // nop
-}
-
-caf::error bounded_deserializer::begin_object(uint16_t& type_nr,
-                                              std::string& name) {
-  return inner_.begin_object(type_nr, name);
-}
-
-caf::error bounded_deserializer::end_object() {
-  return inner_.end_object();
 }
 
 caf::error bounded_deserializer::begin_sequence(size_t& size) {
@@ -88,70 +79,6 @@ caf::error bounded_deserializer::begin_sequence(size_t& size) {
                         " elements but only " +
                         std::to_string(inner_.remaining()) + " bytes remain");
   return {};
-}
-
-caf::error bounded_deserializer::end_sequence() {
-  return inner_.end_sequence();
-}
-
-caf::error bounded_deserializer::apply_raw(size_t num_bytes, void* data) {
-  return inner_.apply_raw(num_bytes, data);
-}
-
-caf::error bounded_deserializer::apply_impl(int8_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(uint8_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(int16_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(uint16_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(int32_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(uint32_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(int64_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(uint64_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(float& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(double& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(long double& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(std::string& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(std::u16string& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_deserializer::apply_impl(std::u32string& x) {
-  return inner_.apply(x);
 }
 
 // -- bounded_serializer -------------------------------------------------------
@@ -174,17 +101,8 @@ caf::error check_sequence_length(size_t size) {
 
 bounded_serializer::bounded_serializer(caf::execution_unit* ctx,
                                        std::vector<char>& bytes)
-  : caf::serializer(ctx), inner_(ctx, bytes) {
+  : forwarding_processor(ctx, bytes) {
   // nop
-}
-
-caf::error bounded_serializer::begin_object(uint16_t& type_nr,
-                                            std::string& name) {
-  return inner_.begin_object(type_nr, name);
-}
-
-caf::error bounded_serializer::end_object() {
-  return inner_.end_object();
 }
 
 caf::error bounded_serializer::begin_sequence(size_t& size) {
@@ -192,60 +110,6 @@ caf::error bounded_serializer::begin_sequence(size_t& size) {
   return inner_.begin_sequence(size);
 }
 
-caf::error bounded_serializer::end_sequence() {
-  return inner_.end_sequence();
-}
-
-caf::error bounded_serializer::apply_raw(size_t num_bytes, void* data) {
-  return inner_.apply_raw(num_bytes, data);
-}
-
-caf::error bounded_serializer::apply_impl(int8_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(uint8_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(int16_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(uint16_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(int32_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(uint32_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(int64_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(uint64_t& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(float& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(double& x) {
-  return inner_.apply(x);
-}
-
-caf::error bounded_serializer::apply_impl(long double& x) {
-  return inner_.apply(x);
-}
-
-// Strings are written by the inner serializer, which never consults this
-// one's begin_sequence: their lengths are checked here.
 caf::error bounded_serializer::apply_impl(std::string& x) {
   if (auto err = check_sequence_length(x.size())) return err;
   return inner_.apply(x);
