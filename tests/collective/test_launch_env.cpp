@@ -2,6 +2,7 @@
 // one (a lookup table as the environment), then separate processes started
 // with torchrun-style and Slurm-style environments forming a group.
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -214,6 +215,33 @@ TEST_CASE("without a secret or address, one host's mpirun job derives both "
 TEST_CASE("one rank needs no rendezvous address") {
   auto info = read_ok({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   CHECK(info.store.kind == col::store_address::kind_t::none);
+  // Nor a secret for an address it will never use (torch's single-process
+  // setups export MASTER_ADDR and MASTER_PORT all the same).
+  auto alone = read_ok({{"RANK", "0"},
+                        {"WORLD_SIZE", "1"},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", "29500"}});
+  CHECK(alone.store.kind == col::store_address::kind_t::none);
+}
+
+TEST_CASE("a group of one forms without a secret while MASTER_ADDR and "
+          "MASTER_PORT are set") {
+  // The variables stay set only for this case.
+  struct scoped_var {
+    const char* name;
+    scoped_var(const char* n, const char* value) : name(n) {
+      ::setenv(n, value, 1);
+    }
+    ~scoped_var() { ::unsetenv(name); }
+  };
+  scoped_var addr{"MASTER_ADDR", "127.0.0.1"};
+  scoped_var port{"MASTER_PORT", "29500"};
+  col::member_scope scope;
+  REQUIRE_NOTHROW(col::init_collective_group(1, 0, "gloo", "alone"));
+  std::vector<float> x{1.5f, 2.5f};
+  col::allreduce(col::view_of(x), "alone");
+  CHECK(x[1] == 2.5f);
+  col::destroy_collective_group("alone");
 }
 
 // -- separate processes

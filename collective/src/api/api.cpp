@@ -125,8 +125,14 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
   cfg.world_size = world_size;
   cfg.rank = rank;
   cfg.backend = std::string{backend};
-  cfg.store =
-    opts.store ? opts.store : default_store(group_name, rank, opts.timeout);
+  // A group of one meets nobody: no store from the environment, whose
+  // variables may be incomplete for a single process.
+  if (opts.store)
+    cfg.store = opts.store;
+  else if (world_size == 1)
+    cfg.store = make_in_process_store();
+  else
+    cfg.store = default_store(group_name, rank, opts.timeout);
   cfg.timeout = opts.timeout;
   cfg.hostname = std::move(opts.hostname);
   cfg.cuda_device = opts.cuda_device;

@@ -259,6 +259,10 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
     if (!local) return local.error();
     info.local_rank = *local;
   }
+  // A launch of one rank forms only groups of one, which meet nobody: the
+  // store variables (a MASTER_ADDR left over from a torch setup, without a
+  // secret) are not even read.
+  if (info.world_size == 1) return info;
   auto store = read_store_environment(env);
   if (!store) return store.error();
   info.store = std::move(*store);
