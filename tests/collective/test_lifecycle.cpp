@@ -230,6 +230,37 @@ TEST_CASE("a blocking op called from a callback on the group's own lane "
   g1->close();
 }
 
+TEST_CASE("a second close() returns only once the ops submitted before "
+          "are over - as the first does") {
+  auto [g0, g1] = formed_pair("double_close", "gloo");
+  std::vector<std::vector<float>> xs(3, std::vector<float>(8, 1.0f));
+  std::vector<col::work> handles;
+  for (auto& x : xs) // they wait for rank 1, which comes late
+    handles.push_back(g0->allreduce(col::view_of(x), col::view_of(x)));
+  std::thread first_close{[&] { g0->close(); }};
+  while (!g0->closed())
+    std::this_thread::yield();
+  std::thread rank1{[&] {
+    std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> y(8, 2.0f);
+      g1->allreduce(col::view_of(y), col::view_of(y)).wait();
+    }
+    g1->close();
+  }};
+  g0->close(); // the second: returns once the three ops are over
+  bool all_over = true;
+  for (auto& w : handles)
+    all_over = all_over && w.ready();
+  CHECK_MESSAGE(all_over, "close() returned while ops of the group still ran "
+                          "(their buffers may be freed now)");
+  first_close.join();
+  rank1.join();
+  for (auto& w : handles)
+    CHECK_FALSE(w.wait());
+  CHECK(xs[2][0] == 3.0f);
+}
+
 TEST_CASE("the end of a member_scope closes its groups, also those the "
           "caller still holds") {
   std::shared_ptr<col::group> kept;

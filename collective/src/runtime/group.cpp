@@ -275,9 +275,17 @@ void group::drain() {
 }
 
 void group::close() {
+  bool again = false;
   {
     std::lock_guard<std::mutex> guard{submit_mtx_};
-    if (closed_.exchange(true)) return;
+    again = closed_.exchange(true);
+  }
+  if (again) {
+    // Another close is under way (or done): this caller too may free the
+    // buffers of the ops submitted before once it returns, so it waits for
+    // them as the first one does (except on a lane, which cannot).
+    if (!lane_->on_lane() && !send_lane_->on_lane()) drain();
+    return;
   }
   // Shuts the backend down once nothing runs on the lanes any more.
   auto shut_down = [](group& g) {
