@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -224,16 +225,21 @@ TEST_CASE("one rank needs no rendezvous address") {
   CHECK(alone.store.kind == col::store_address::kind_t::none);
 }
 
+namespace {
+
+/// An environment variable set for the scope of a test case.
+struct scoped_var {
+  const char* name;
+  scoped_var(const char* n, const std::string& value) : name(n) {
+    ::setenv(n, value.c_str(), 1);
+  }
+  ~scoped_var() { ::unsetenv(name); }
+};
+
+} // namespace
+
 TEST_CASE("a group of one forms without a secret while MASTER_ADDR and "
           "MASTER_PORT are set") {
-  // The variables stay set only for this case.
-  struct scoped_var {
-    const char* name;
-    scoped_var(const char* n, const char* value) : name(n) {
-      ::setenv(n, value, 1);
-    }
-    ~scoped_var() { ::unsetenv(name); }
-  };
   scoped_var addr{"MASTER_ADDR", "127.0.0.1"};
   scoped_var port{"MASTER_PORT", "29500"};
   col::member_scope scope;
@@ -242,6 +248,31 @@ TEST_CASE("a group of one forms without a secret while MASTER_ADDR and "
   col::allreduce(col::view_of(x), "alone");
   CHECK(x[1] == 2.5f);
   col::destroy_collective_group("alone");
+}
+
+TEST_CASE("a launch of one rank still forms its larger groups over the "
+          "store its variables name") {
+  test::temp_dir dir;
+  scoped_var rank{"RANK", "0"};
+  scoped_var world{"WORLD_SIZE", "1"};
+  scoped_var store{"CAF_COLLECTIVE_STORE", "file:" + dir.path.string()};
+  std::vector<std::thread> members;
+  std::vector<std::string> failures(2);
+  for (int r = 0; r < 2; ++r)
+    members.emplace_back([&, r] {
+      try {
+        col::member_scope scope;
+        col::init_collective_group(2, r, "gloo", "pair");
+        col::destroy_collective_group("pair");
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : members)
+    t.join();
+  CHECK(failures == std::vector<std::string>(2));
+  // The group met in the directory, not in an in-process store.
+  CHECK_FALSE(std::filesystem::is_empty(dir.path));
 }
 
 // -- separate processes

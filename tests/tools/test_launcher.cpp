@@ -220,6 +220,7 @@ TEST_CASE("a line too long to hold is printed in parts, none of it lost") {
     auto body = line.substr(9);
     if (body == "after") continue;
     CHECK(body.find_first_not_of('x') == std::string::npos);
+    CHECK(body.size() <= 64 * 1024);
     xs += body.size();
     ++parts;
   }

@@ -65,8 +65,15 @@ void emit_lines(int rank, rank_output& stream, int to_fd, bool flush) {
     out.append(pending, start, nl - start + 1);
     start = nl + 1;
   }
+  // A line too long to hold goes out in parts of longest_held_line.
+  while (pending.size() - start >= longest_held_line) {
+    out += prefix;
+    out.append(pending, start, longest_held_line);
+    out += '\n';
+    start += longest_held_line;
+  }
   pending.erase(0, start);
-  if (!pending.empty() && (flush || pending.size() >= longest_held_line)) {
+  if (!pending.empty() && flush) {
     out += prefix + pending + "\n";
     pending.clear();
   }

@@ -41,7 +41,10 @@ rendezvous_store_ptr default_store(std::string_view group_name, int rank,
   // another process, which would try to bind the same address. Without a
   // launcher: the store the variables name, served by the group's rank 0.
   auto store = [&]() -> caf::expected<rendezvous_store_ptr> {
-    if (auto launched = read_launch_environment())
+    // (A launch of one rank names no store: a larger group of its process
+    // reads the variables itself.)
+    if (auto launched = read_launch_environment();
+        launched && launched->world_size > 1)
       return open_group_store(launched->store, group_name, launched->rank,
                               timeout);
     auto addr = read_store_environment(process_environment);

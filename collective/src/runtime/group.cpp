@@ -41,14 +41,25 @@ group::group(group_config cfg) : cfg_(std::move(cfg)) {
                                               std::to_string(cfg_.rank));
 }
 
-group::~group() {
+namespace {
+
+// Takes the backend out of its group and shuts it down, outside the lock:
+// shm's abort runs the completion callbacks of peers' started ops, which
+// may reach this group and take that lock. A broken group's peers may be
+// gone: the backend is told not to wait for them.
+void retire(std::mutex& mtx, std::shared_ptr<backend>& slot, bool broken) {
+  std::shared_ptr<backend> victim;
   {
-    std::lock_guard<std::mutex> guard{backend_mtx_};
-    // A broken group's peers may be gone: tell the backend not to wait for
-    // them while it shuts down.
-    if (backend_ && broken()) backend_->abort("destroying a broken group");
-    backend_.reset();
+    std::lock_guard<std::mutex> guard{mtx};
+    victim = std::move(slot);
   }
+  if (victim && broken) victim->abort("destroying a broken group");
+}
+
+} // namespace
+
+group::~group() {
+  retire(backend_mtx_, backend_, broken());
   send_lane_.reset();
   lane_.reset();
 }
@@ -238,12 +249,18 @@ class claim_release {
   explicit claim_release(detail::lane& target) noexcept : target_(target) {
     // nop
   }
-  ~claim_release() { target_.release(); }
+  ~claim_release() {
+    if (owned_) target_.release();
+  }
   claim_release(const claim_release&) = delete;
   claim_release& operator=(const claim_release&) = delete;
 
+  /// The claim passed on (to an op that lets go of it when done).
+  void dismiss() noexcept { owned_ = false; }
+
  private:
   detail::lane& target_;
+  bool owned_ = true;
 };
 
 // Completes once `target` ran every task posted to it so far.
@@ -289,14 +306,7 @@ void group::close() {
   }
   // Shuts the backend down once nothing runs on the lanes any more.
   auto shut_down = [](group& g) {
-    std::shared_ptr<backend> victim;
-    {
-      std::lock_guard<std::mutex> guard{g.backend_mtx_};
-      if (g.backend_ && g.broken())
-        g.backend_->abort("destroying a broken group");
-      victim = std::move(g.backend_);
-    }
-    victim.reset();
+    retire(g.backend_mtx_, g.backend_, g.broken());
   };
   if (lane_->on_lane() || send_lane_->on_lane()) {
     // A completion callback destroys its own group: drain() here would wait
@@ -444,12 +454,16 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     }
     return work::completed(seq, std::move(err));
   }
-  if (start_here && !start_without_blocking(state, op, p2p, body, target)) {
+  if (start_here) {
+    claim_release release{target};
+    if (start_without_blocking(state, op, p2p, body, target)) {
+      release.dismiss(); // the started op lets go of the lane when done
+      return work{state};
+    }
     // Queued before letting go of the lane, and ahead of what others
     // queued while this thread held it (a later op, or the drain of a
     // close): it stays in order, and runs before the backend shuts down.
     post(true);
-    target.release();
   }
   return work{state};
 }
@@ -506,7 +520,17 @@ bool group::start_without_blocking(
     lane->release();
     state->complete(std::move(err));
   };
-  if (body.start(*backend_, call_of(seq, body.timeout), done)) return true;
+  bool started = false;
+  try {
+    started = body.start(*backend_, call_of(seq, body.timeout), done);
+  } catch (const std::exception& e) {
+    // Whatever the backend published before it threw, no peer can rely on
+    // it: the op fails here (and lets go of the lane) rather than run again.
+    done(make_error(errc::backend_error, context(op, static_cast<int64_t>(seq)),
+                    std::string{"the backend threw: "} + e.what()));
+    return true;
+  }
+  if (started) return true;
   state->unstart(); // the lane task runs it
   return false;
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <netdb.h>
 #include <netinet/tcp.h>
+#include <optional>
 #include <poll.h>
 #include <sys/socket.h>
 #include <thread>
@@ -68,11 +69,14 @@ class tcp_store_client : public rendezvous_store {
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::set));
     wire::put_bytes(frame, key);
     wire::put_bytes(frame, {value.data(), value.size()});
+    // The reply's deadline is set once: a retry does not extend it.
+    std::optional<wire::clock::time_point> reply_by;
     for (bool fresh = false;; fresh = true) {
       auto conn = lease(deadline, limit, fresh);
       if (!conn) return conn.error();
-      auto answer = exchange(
-        *conn, frame, std::max(deadline, wire::clock::now()) + reply_grace);
+      if (!reply_by)
+        reply_by = std::max(deadline, wire::clock::now()) + reply_grace;
+      auto answer = exchange(*conn, frame, *reply_by);
       if (!answer.failure) return {};
       if (!retry_on_fresh(*conn, answer)) return answer.failure;
     }
