@@ -208,8 +208,11 @@ class group : public std::enable_shared_from_this<group> {
   /// What destroy_collective_group does: refuses every later operation
   /// (errc::aborted, "destroyed"), waits for the submitted ones, then closes
   /// the backend in the calling thread (a healthy Gloo group meets its peers
-  /// in its shutdown barrier first). Handles kept from get_group() stay
-  /// valid objects but run nothing more. Blocks; idempotent. Called on one
+  /// in its shutdown barrier first; an abort() of this group running at that
+  /// moment keeps the backend alive until it returned, and its thread frees
+  /// it). Handles kept from get_group() stay valid objects but run nothing
+  /// more. Blocks, also when called again (it waits for the submitted ops
+  /// as the first call does); idempotent. Called on one
   /// of the group's own lanes (from a completion callback) it returns at
   /// once instead: later operations are refused, and the submitted ones and
   /// the backend's shutdown finish on the lane.

@@ -29,7 +29,8 @@ struct persistent_call;
 ///
 /// One run at a time: starting the op again while its previous start() is
 /// still in flight fails with errc::invalid_argument, nothing is sent. A
-/// persistent_op is used from one thread at a time.
+/// persistent_op and its copies (which share its state) are used from one
+/// thread at a time.
 class persistent_op {
  public:
   /// An empty handle: valid() is false, run() and start() fail.
