@@ -78,9 +78,9 @@ void emit_lines(int rank, rank_output& stream, int to_fd, bool flush) {
     pending.clear();
   }
   if (pending.empty())
-    stream.waiting_since = clock::time_point::max();
-  else if (start > 0 || stream.waiting_since == clock::time_point::max())
-    stream.waiting_since = clock::now(); // a new unfinished line
+    stream.unfinished_due = clock::time_point::max();
+  else if (start > 0 || stream.unfinished_due == clock::time_point::max())
+    stream.unfinished_due = clock::now() + unfinished_line_wait; // a new one
   // One write per batch of lines: lines of different ranks never mix.
   if (!out.empty()) write_all(to_fd, out);
 }
@@ -104,21 +104,15 @@ void drain(int rank, rank_output& stream, int to_fd) {
 clock::time_point next_unfinished_due(const std::vector<rank_process>& ranks) {
   auto due = clock::time_point::max();
   for (auto& r : ranks)
-    for (auto* stream : {&r.out, &r.err})
-      if (stream->waiting_since != clock::time_point::max())
-        due = std::min(due, stream->waiting_since + unfinished_line_wait);
+    due = std::min({due, r.out.unfinished_due, r.err.unfinished_due});
   return due;
 }
 
 void print_unfinished_lines_due(std::vector<rank_process>& ranks) {
   auto now = clock::now();
   for (auto& r : ranks) {
-    if (r.out.waiting_since != clock::time_point::max() &&
-        now >= r.out.waiting_since + unfinished_line_wait)
-      emit_lines(r.rank, r.out, 1, true);
-    if (r.err.waiting_since != clock::time_point::max() &&
-        now >= r.err.waiting_since + unfinished_line_wait)
-      emit_lines(r.rank, r.err, 2, true);
+    if (now >= r.out.unfinished_due) emit_lines(r.rank, r.out, 1, true);
+    if (now >= r.err.unfinished_due) emit_lines(r.rank, r.err, 2, true);
   }
 }
 

@@ -19,8 +19,9 @@ struct rank_output {
   int fd = -1;
   /// Output not yet printed: the part after the last newline.
   std::string pending;
-  /// When `pending` began to wait for its newline (max: nothing waits).
-  std::chrono::steady_clock::time_point waiting_since =
+  /// When `pending`, a line still waiting for its newline, is printed as
+  /// it stands (max: nothing waits).
+  std::chrono::steady_clock::time_point unfinished_due =
     std::chrono::steady_clock::time_point::max();
 };
 

@@ -215,19 +215,24 @@ struct payload_layout {
   std::vector<size_t> sizes;
   size_t total = 0;
   size_t widest = 0;
+  bool padded = false;
 
   explicit payload_layout(std::vector<size_t> all) : sizes(std::move(all)) {
     for (auto size : sizes) {
       total += size;
       widest = std::max(widest, size);
     }
+    padded = widest * sizes.size() <= 2 * total + padding_allowance;
   }
 
-  bool padded() const {
-    return widest * sizes.size() <= 2 * total + padding_allowance;
-  }
+  /// The bytes rank r's payload occupies in the root's buffer.
+  size_t block(size_t r) const { return padded ? widest : sizes[r]; }
 
-  size_t stride() const { return padded() ? widest : 0; }
+  /// The root's buffer: every block, back to back.
+  size_t flat_size() const { return padded ? widest * sizes.size() : total; }
+
+  /// split()'s stride: 0 for blocks of each payload's own size.
+  size_t stride() const { return padded ? widest : 0; }
 };
 
 // An alltoallv that moves nothing yet: the caller fills in the blocks that
@@ -314,10 +319,8 @@ std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
     sizes.push_back(checked_size(call, headers[r][1], static_cast<int>(r)));
   payload_layout layout{std::move(sizes)};
   bool is_root = call.grp.rank() == root;
-  auto world = layout.sizes.size();
-  std::vector<char> flat;
-  if (layout.padded()) {
-    flat.resize(is_root ? layout.widest * world : 0);
+  std::vector<char> flat(is_root ? layout.flat_size() : 0);
+  if (layout.padded) {
     if (layout.widest > 0) {
       mine.bytes.resize(layout.widest);
       gather_options opts;
@@ -329,7 +332,6 @@ std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
       });
     }
   } else {
-    flat.resize(is_root ? layout.total : 0);
     auto me = static_cast<size_t>(call.grp.rank());
     auto opts = empty_alltoallv(call);
     opts.send_counts[static_cast<size_t>(root)] = layout.sizes[me];
@@ -396,17 +398,17 @@ std::vector<char> scatter_bytes(const object_call& call, int root,
   auto mine = layout.sizes[me];
   std::vector<char> flat;
   if (is_root) {
-    // Each part at the start of its block (blocks back to back unpadded).
-    flat.resize(layout.padded() ? layout.widest * world : layout.total);
+    // Each part at the start of its block.
+    flat.resize(layout.flat_size());
     size_t offset = 0;
     for (size_t r = 0; r < world; ++r) {
       std::copy(parts[r].bytes.begin(), parts[r].bytes.end(),
                 flat.begin() + static_cast<ptrdiff_t>(offset));
-      offset += layout.padded() ? layout.widest : layout.sizes[r];
+      offset += layout.block(r);
     }
   }
-  std::vector<char> result(layout.padded() ? layout.widest : mine);
-  if (layout.padded()) {
+  std::vector<char> result(layout.block(me));
+  if (layout.padded) {
     if (layout.widest > 0) {
       scatter_options opts;
       opts.timeout = call.opts.timeout;

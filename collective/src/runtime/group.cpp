@@ -56,6 +56,13 @@ void retire(std::mutex& mtx, std::shared_ptr<backend>& slot, bool broken) {
   if (victim && broken) victim->abort("destroying a broken group");
 }
 
+// What an op whose backend threw reports: the exception goes no further
+// (on a lane it would end the process).
+caf::error backend_threw(const error_context& where, const std::exception& e) {
+  return make_error(errc::backend_error, where,
+                    std::string{"the backend threw: "} + e.what());
+}
+
 } // namespace
 
 group::~group() {
@@ -354,10 +361,7 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
     try {
       err = body(*backend_, call_of(seq, body.timeout));
     } catch (const std::exception& e) {
-      // On a lane an escaping exception would end the process.
-      err =
-        make_error(errc::backend_error, context(op, static_cast<int64_t>(seq)),
-                   std::string{"the backend threw: "} + e.what());
+      err = backend_threw(context(op, static_cast<int64_t>(seq)), e);
     }
     after_failure(err);
   }
@@ -526,8 +530,7 @@ bool group::start_without_blocking(
   } catch (const std::exception& e) {
     // Whatever the backend published before it threw, no peer can rely on
     // it: the op fails here (and lets go of the lane) rather than run again.
-    done(make_error(errc::backend_error, context(op, static_cast<int64_t>(seq)),
-                    std::string{"the backend threw: "} + e.what()));
+    done(backend_threw(context(op, static_cast<int64_t>(seq)), e));
     return true;
   }
   if (started) return true;

@@ -69,17 +69,7 @@ class tcp_store_client : public rendezvous_store {
     wire::put_u8(frame, static_cast<uint8_t>(wire::op::set));
     wire::put_bytes(frame, key);
     wire::put_bytes(frame, {value.data(), value.size()});
-    // The reply's deadline is set once: a retry does not extend it.
-    std::optional<wire::clock::time_point> reply_by;
-    for (bool fresh = false;; fresh = true) {
-      auto conn = lease(deadline, limit, fresh);
-      if (!conn) return conn.error();
-      if (!reply_by)
-        reply_by = std::max(deadline, wire::clock::now()) + reply_grace;
-      auto answer = exchange(*conn, frame, *reply_by);
-      if (!answer.failure) return {};
-      if (!retry_on_fresh(*conn, answer)) return answer.failure;
-    }
+    return request(deadline, limit, [&] { return frame; }).failure;
   }
 
   caf::expected<std::vector<char>> get(const std::string& key,
@@ -89,22 +79,16 @@ class tcp_store_client : public rendezvous_store {
                         "TCP store: key '" + key + "' is too long");
     timeout = detail::bounded_wait(timeout);
     auto deadline = wire::clock::now() + timeout;
-    outcome answer;
-    for (bool fresh = false;; fresh = true) {
-      auto conn = lease(deadline, timeout, fresh);
-      if (!conn) return conn.error();
+    auto answer = request(deadline, timeout, [&] {
       // The wait left after connecting: the deadline holds for the whole get.
-      auto left =
-        std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
-                                    deadline - wire::clock::now()));
       std::vector<char> frame;
       wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
       wire::put_bytes(frame, key);
-      wire::put_u64(frame, static_cast<uint64_t>(left.count()));
-      answer = exchange(*conn, frame, deadline + reply_grace);
-      if (!answer.failure) break;
-      if (!retry_on_fresh(*conn, answer)) return answer.failure;
-    }
+      wire::put_u64(frame,
+                    static_cast<uint64_t>(detail::time_left(deadline).count()));
+      return frame;
+    });
+    if (answer.failure) return std::move(answer.failure);
     if (answer.status != 0)
       return make_error(errc::timeout,
                         "rendezvous key '" + key +
@@ -133,11 +117,28 @@ class tcp_store_client : public rendezvous_store {
     std::vector<char> value;
   };
 
-  // A request on a pooled connection the server closed before answering
-  // (a restart or an idle drop racing the request) goes out once more on a
-  // fresh connection: sets and gets may be repeated safely.
-  static bool retry_on_fresh(const connection& conn, const outcome& answer) {
-    return conn.pooled && answer.closed_unanswered;
+  // Sends the frame `make_frame` builds (after connecting) and reads the
+  // reply, answered by `deadline` plus the grace. A request on a pooled
+  // connection the server closed before answering (a restart or an idle
+  // drop racing the request) goes out once more on a fresh connection, with
+  // the same reply deadline: sets and gets may be repeated safely.
+  template<class MakeFrame>
+  outcome request(wire::clock::time_point deadline, milliseconds limit,
+                  MakeFrame make_frame) {
+    std::optional<wire::clock::time_point> reply_by;
+    for (bool fresh = false;; fresh = true) {
+      auto conn = lease(deadline, limit, fresh);
+      if (!conn) {
+        outcome refused;
+        refused.failure = std::move(conn.error());
+        return refused;
+      }
+      if (!reply_by)
+        reply_by = std::max(deadline, wire::clock::now()) + reply_grace;
+      auto answer = exchange(*conn, make_frame(), *reply_by);
+      if (!answer.failure || !conn->pooled || !answer.closed_unanswered)
+        return answer;
+    }
   }
 
   // An idle connection still open, or a new one (`fresh`: always new).
