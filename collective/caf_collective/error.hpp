@@ -67,6 +67,17 @@ struct error_context {
       rank(member_rank), world_size(size) {
     // nop
   }
+
+  /// A member of a group, with no op: formation, abort and close name
+  /// group and rank only, since no single op (or several) is at fault.
+  static error_context member(std::string_view group_name, int member_rank,
+                              int size) {
+    error_context where;
+    where.group = group_name;
+    where.rank = member_rank;
+    where.world_size = size;
+    return where;
+  }
 };
 
 /// Makes an error whose context reads "group 'g' allreduce seq 3 rank 1/4:

@@ -50,11 +50,7 @@ std::string fresh_token() {
 }
 
 error_context where_of(const formation_seat& seat) {
-  error_context where;
-  where.group = seat.group;
-  where.rank = seat.rank;
-  where.world_size = seat.world_size;
-  return where;
+  return error_context::member(seat.group, seat.rank, seat.world_size);
 }
 
 // An abort or a store that broke keeps its code and words.

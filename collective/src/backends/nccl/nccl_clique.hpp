@@ -197,6 +197,9 @@ class nccl_clique {
   caf::error wait_done(const nccl_step_ctx& ctx);
   caf::error aborted_error(const error_context& where) const;
   caf::error fail(caf::error err);
+  /// fail() for an op that stopped on this rank before it issued anything
+  /// (an allocation): says that the communicator went with it.
+  caf::error fail_unissued(caf::error err);
   /// Stops the communicators for good: aborts them now when NCCL work of
   /// ours may be in flight, else leaves the abort to the teardown (it
   /// would wait for the caller's work on the device).

@@ -8,6 +8,18 @@
 
 namespace caf_collective::detail {
 
+caf::error nccl_clique::fail_unissued(caf::error err) {
+  // The peers issue this op and wait in it; were the communicator kept,
+  // this rank's next op would pair with their pending one, and NCCL
+  // checks no more than byte counts: two unrelated ops could both
+  // "succeed" with mixed-up data. Aborting makes every later op here fail
+  // instead (the peers fail by their deadline).
+  fail(err);
+  return make_error(code_of(err), detail_of(err) +
+                                    "; the communicator is aborted, since "
+                                    "the other ranks went on into this op");
+}
+
 caf::error nccl_clique::reserve_scratch(size_t index, size_t bytes,
                                         const error_context& where) {
   std::lock_guard<std::mutex> guard{run_mtx_};
@@ -25,11 +37,11 @@ caf::error nccl_clique::reserve_scratch(size_t index, size_t bytes,
                         : cudaMalloc(&slot.scratch, wanted);
   if (err != cudaSuccess) {
     slot.scratch = nullptr;
-    return cuda_error(
+    return fail_unissued(cuda_error(
       where,
       "allocating " + std::to_string(wanted) +
         " bytes of NCCL scratch on cuda:" + std::to_string(slot.device),
-      err);
+      err));
   }
   slot.scratch_bytes = wanted;
   return {};
@@ -56,10 +68,11 @@ caf::error nccl_clique::reserve_host(size_t index, size_t bytes,
   auto wanted = std::max(bytes, slot.host.size() * 2);
   if (auto err = pinned_cache::instance().take(wanted, fresh);
       err != cudaSuccess)
-    return cuda_error(where,
-                      "cudaHostAlloc of " + std::to_string(wanted) +
-                        " bytes of pinned staging memory",
-                      err);
+    return fail_unissued(cuda_error(where,
+                                    "cudaHostAlloc of " +
+                                      std::to_string(wanted) +
+                                      " bytes of pinned staging memory",
+                                    err));
   // The old block goes back to the cache: the last step completed, so no
   // copy touches it any more.
   slot.host = std::move(fresh);

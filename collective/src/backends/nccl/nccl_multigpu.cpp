@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <set>
 
-#include "caf_collective/error.hpp"
 #include "backends/nccl/nccl_clique.hpp"
 #include "backends/nccl/nccl_ops.hpp"
 #include "backends/nccl/nccl_rendezvous.hpp"
+#include "caf_collective/error.hpp"
 
 namespace caf_collective {
 
@@ -109,10 +109,7 @@ multigpu_group::~multigpu_group() = default;
 caf::expected<std::unique_ptr<multigpu_group>>
 multigpu_group::create(multigpu_config cfg) {
   if (auto err = validate(cfg)) return err;
-  error_context where;
-  where.group = cfg.name;
-  where.rank = cfg.rank;
-  where.world_size = cfg.world_size;
+  auto where = error_context::member(cfg.name, cfg.rank, cfg.world_size);
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   caf::error device_err;
   for (auto ordinal : cfg.cuda_devices)

@@ -31,11 +31,7 @@ constexpr size_t small_bytes_small_groups = size_t{8} << 10;
 constexpr size_t small_bytes_large_groups = size_t{2} << 10;
 
 error_context where_of(const group_config& cfg) {
-  error_context where;
-  where.group = cfg.name;
-  where.rank = cfg.rank;
-  where.world_size = cfg.world_size;
-  return where;
+  return error_context::member(cfg.name, cfg.rank, cfg.world_size);
 }
 
 caf::error formation_error(const group_config& cfg, errc code,

@@ -83,13 +83,8 @@ bool process_gone(int32_t pid, int pidfd) noexcept {
 
 error_context shm_backend::context(op_kind op,
                                    const op_call* call) const noexcept {
-  if (call == nullptr) { // formation: no op
-    error_context where;
-    where.group = group_name_;
-    where.rank = rank_;
-    where.world_size = world_size_;
-    return where;
-  }
+  if (call == nullptr) // formation: no op
+    return error_context::member(group_name_, rank_, world_size_);
   return {group_name_, op, static_cast<int64_t>(call->seq), rank_, world_size_};
 }
 
