@@ -25,7 +25,8 @@ struct persistent_call;
 ///
 /// Each run takes the group's next sequence number like any op, so every
 /// rank runs its prepared ops and the group's other ops in the same order;
-/// a rank that runs something else fails with errc::mismatch as usual.
+/// a rank that runs something else fails as for any op the ranks disagree
+/// on (errc::mismatch on shm, errc::timeout on Gloo: docs/api.md).
 ///
 /// One run at a time: starting the op again while its previous start() is
 /// still in flight fails with errc::invalid_argument, nothing is sent. A

@@ -173,6 +173,104 @@ TEST_CASE("ops where one rank passes float32 and another int32 of the same "
   }
 }
 
+TEST_CASE("an op one rank calls with no elements while its peer calls it "
+          "with data fails on both ranks") {
+  // Gloo returned success at once on the empty rank, and with a legacy
+  // allreduce its next op then paired with the peer's pending one.
+  auto with = [](size_t count) {
+    return test::make_tensor(col::dtype::float32, count);
+  };
+  for (auto op : {col::op_kind::allreduce, col::op_kind::reduce,
+                  col::op_kind::reduce_scatter, col::op_kind::allgather,
+                  col::op_kind::broadcast, col::op_kind::gather,
+                  col::op_kind::scatter, col::op_kind::alltoall}) {
+    INFO(col::to_string(op));
+    run_short(
+      2, "empty-one-side",
+      [&](int rank, rank_log& log) {
+        size_t n = rank == 0 ? 0 : 4;
+        auto in = with(op == col::op_kind::reduce_scatter ? 2 * n : n);
+        auto out = with(
+          op == col::op_kind::allgather || op == col::op_kind::gather ? 2 * n
+                                                                      : n);
+        auto whole = with(2 * n);
+        auto run = [&] {
+          switch (op) {
+            case col::op_kind::allreduce:
+              return col::allreduce(in, "empty-one-side");
+            case col::op_kind::reduce:
+              return col::reduce(in, 0, "empty-one-side");
+            case col::op_kind::reduce_scatter:
+              return col::reduce_scatter(in, out, "empty-one-side");
+            case col::op_kind::allgather:
+              return col::allgather(in, out, "empty-one-side");
+            case col::op_kind::broadcast:
+              return col::broadcast(in, 0, "empty-one-side");
+            case col::op_kind::gather:
+              return col::gather(in, out, "empty-one-side");
+            case col::op_kind::scatter:
+              return col::scatter(whole, out, "empty-one-side");
+            default: return col::alltoall(in, out, "empty-one-side");
+          }
+        };
+        auto e = test::expect_throw(log, "one side empty", run);
+        log.expect(e.code() == col::errc::timeout ||
+                     e.code() == col::errc::peer_lost,
+                   "unexpected error: " + std::string{e.what()});
+      },
+      500ms);
+  }
+}
+
+TEST_CASE("after a legacy allreduce that one rank called empty, no rank's "
+          "next allreduce mixes data with the peer's earlier one") {
+  // A legacy Gloo allreduce runs on slots fixed when it was built: were the
+  // empty rank to go on, its next op would meet the peer's first.
+  col::allreduce_options ring;
+  ring.algorithm = col::allreduce_algorithm::ring;
+  run_short(
+    2, "empty-legacy",
+    [&](int rank, rank_log& log) {
+      auto warm = test::make_tensor(col::dtype::float32, 4);
+      col::allreduce(warm, "empty-legacy", ring);
+      auto first = test::make_tensor(col::dtype::float32, rank == 0 ? 0 : 4);
+      auto second = test::make_tensor(col::dtype::float32, 4);
+      for (size_t i = 0; i < 4; ++i) {
+        if (rank == 1) static_cast<float*>(first.data())[i] = 5;
+        static_cast<float*>(second.data())[i] = rank == 0 ? 100.0f : 7.0f;
+      }
+      test::expect_throw(log, "first allreduce, rank 0 empty",
+                         [&] { col::allreduce(first, "empty-legacy", ring); });
+      // The timeout broke the group: the second op is refused, never paired
+      // with the peer's first.
+      test::expect_throw(log, "second allreduce after the mismatch",
+                         [&] { col::allreduce(second, "empty-legacy", ring); });
+    },
+    500ms);
+}
+
+TEST_CASE("a small allreduce with the automatic algorithm runs Gloo's "
+          "legacy algorithm as docs/algorithms.md says") {
+  // Formation shrank the connections' timeout to the formation's time left,
+  // and the automatic choice takes a legacy algorithm only for ops whose
+  // timeout is the connections': it never did. A legacy allreduce waits
+  // in Gloo's bound buffers (tcp/buffer.cc), the options API in unbound
+  // ones (tcp/unbound_buffer.cc); a peer that stays away shows which.
+  run_short(
+    2, "auto-legacy",
+    [&](int rank, rank_log& log) {
+      auto x = test::make_tensor(col::dtype::float32, 16);
+      col::allreduce(x, "auto-legacy"); // both: builds the cached instance
+      if (rank == 1) return;
+      auto e = test::expect_throw(log, "allreduce without the peer",
+                                  [&] { col::allreduce(x, "auto-legacy"); });
+      std::string text = e.what();
+      log.expect(text.find("tcp/buffer.cc") != std::string::npos,
+                 "not Gloo's legacy allreduce: " + text);
+    },
+    500ms);
+}
+
 // -- values that must be refused ---------------------------------------------
 
 TEST_CASE("a reduce op or algorithm outside its enum is refused and the "

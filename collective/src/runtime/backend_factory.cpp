@@ -15,7 +15,8 @@ namespace {
 // A group formed by a member does not know its tensors yet: the actor layer
 // picks nccl for CUDA tensors itself.
 caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
-                                             const std::atomic<bool>* cancel) {
+                                             const std::atomic<bool>* cancel,
+                                             milliseconds op_timeout) {
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   auto store = make_prefix_store("auto/" + cfg.name, cfg.store);
   auto me = shm::host_identity();
@@ -26,10 +27,7 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
   for (int r = 0; r < cfg.world_size; ++r) {
     auto host = store->get("host/" + std::to_string(r), time_left(deadline));
     if (!host) {
-      error_context where;
-      where.group = cfg.name;
-      where.rank = cfg.rank;
-      where.world_size = cfg.world_size;
+      auto where = error_context::member(cfg.name, cfg.rank, cfg.world_size);
       // An abort or a store that broke keeps its code and words.
       if (code_of(host.error()) != errc::timeout)
         return make_error(
@@ -47,7 +45,7 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
   chosen.backend = one_host ? "shm" : "gloo";
   chosen.timeout = std::max(milliseconds{1}, time_left(deadline));
   return one_host ? shm::make_shm_backend(chosen, cancel)
-                  : make_gloo_backend(chosen);
+                  : make_gloo_backend(chosen, op_timeout);
 }
 
 // What this rank can tell alone, before it waits for the others: an
@@ -78,6 +76,8 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
   // Every wait on the store (addresses, host identities, the segment's
   // name, NCCL's unique id) ends soon after the group is aborted.
   auto cfg = given;
+  // cfg.timeout shrinks to what is left of the formation; ops keep this.
+  const auto op_timeout = given.timeout;
   if (cancel != nullptr && cfg.store)
     cfg.store = make_cancelable_store(
       cfg.store, cancel, "group '" + cfg.name + "' was aborted", cfg.timeout);
@@ -94,9 +94,10 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
     cfg.store = std::move(*joined);
     cfg.timeout = std::max(milliseconds{1}, time_left(seat.deadline));
   }
-  if (cfg.backend == "gloo") return make_gloo_backend(cfg);
+  if (cfg.backend == "gloo") return make_gloo_backend(cfg, op_timeout);
   if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
-  if (cfg.backend == "auto") return make_auto_backend(cfg, cancel);
+  if (cfg.backend == "auto")
+    return make_auto_backend(cfg, cancel, op_timeout);
 #if CAF_COLLECTIVE_HAVE_NCCL
   return make_nccl_backend(cfg, cancel);
 #else

@@ -23,8 +23,12 @@ make_backend(const group_config& cfg,
              const std::atomic<bool>* cancel = nullptr);
 
 /// Forms a Gloo context over cfg.store (blocks until all ranks joined or
-/// cfg.timeout passed).
-caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg);
+/// cfg.timeout, what is left of the formation's time, passed). Its
+/// connections wait `op_timeout`, the group's own timeout: Gloo's legacy
+/// allreduce algorithms, which wait with it, serve only ops whose timeout
+/// it is (gloo_reductions.cpp).
+caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
+                                             milliseconds op_timeout);
 
 #if CAF_COLLECTIVE_HAVE_NCCL
 /// Rank 0 creates the NCCL unique id and publishes it in cfg.store; every

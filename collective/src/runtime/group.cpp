@@ -194,10 +194,7 @@ void group::note_finished(uint64_t seq, bool p2p, const caf::error& err) {
 
 void group::abort(std::string why) {
   // The group's own reason names no op: several may be pending.
-  error_context where;
-  where.group = cfg_.name;
-  where.rank = cfg_.rank;
-  where.world_size = cfg_.world_size;
+  auto where = error_context::member(cfg_.name, cfg_.rank, cfg_.world_size);
   break_with(make_error(errc::aborted, where, "group aborted: " + why));
   {
     // The backend ends its running ops: they return from the backend soon
@@ -283,10 +280,7 @@ void group::drain() {
   // On one of our own lanes (a completion callback) the marker would queue
   // behind the very task this thread runs: refuse rather than wait forever.
   if (lane_->on_lane() || send_lane_->on_lane()) {
-    error_context where;
-    where.group = cfg_.name;
-    where.rank = cfg_.rank;
-    where.world_size = cfg_.world_size;
+    auto where = error_context::member(cfg_.name, cfg_.rank, cfg_.world_size);
     throw collective_error{make_error(
       errc::invalid_argument, where,
       "drain() called on one of the group's own lanes (from a completion "
@@ -439,8 +433,9 @@ work group::submit(op_kind op, caf::error validation, Fn body,
     seq = p2p ? next_p2p_seq_++ : next_seq_++;
     // abort() ends the tracked ops for whoever waits on their handles. An
     // op run here has no such waiter and needs no shared state: its caller
-    // is inside it, and the backend's abort ends it (Gloo's only at the
-    // op's deadline).
+    // is inside it, and the backend's abort ends it (Gloo's, for a message
+    // half through inside Gloo's own collectives, only at the op's
+    // deadline: docs/algorithms.md, "Abort and destroy").
     if (!run_here) {
       state = std::make_shared<detail::work_state>(seq);
       track_pending(state, op, p2p);

@@ -108,7 +108,9 @@ void gloo_backend::abort(std::string_view why) {
     if (abort_reason_.empty()) abort_reason_ = std::string{why};
   }
   if (aborted_.exchange(true)) return;
-  if (world_size_ > 1) fail_connections();
+  if (world_size_ == 1) return;
+  fail_connections();
+  live_.abort_all();
 }
 
 void gloo_backend::fail_connections() noexcept {
@@ -180,19 +182,20 @@ std::string gloo_backend::name_peer(const std::string& gloo_message) const {
 caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
                               const send_options& opts) {
   return guarded(op_kind::send, call, [&] {
-    auto buf = context_->createUnboundBuffer(non_null(in.data()), in.nbytes());
+    live_buffers::tracked buf{
+      live_, context_->createUnboundBuffer(non_null(in.data()), in.nbytes())};
     buf->send(opts.peer, p2p_slot(opts.tag, in.nbytes()), 0, in.nbytes());
-    buf->waitSend(call.timeout);
+    buf.wait_send(call.timeout);
   });
 }
 
 caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
                               const recv_options& opts) {
   return guarded(op_kind::recv, call, [&] {
-    auto buf =
-      context_->createUnboundBuffer(non_null(out.data()), out.nbytes());
+    live_buffers::tracked buf{
+      live_, context_->createUnboundBuffer(non_null(out.data()), out.nbytes())};
     buf->recv(opts.peer, p2p_slot(opts.tag, out.nbytes()), 0, out.nbytes());
-    buf->waitRecv(call.timeout);
+    buf.wait_recv(call.timeout);
   });
 }
 
@@ -204,6 +207,14 @@ caf::error gloo_backend::barrier(const op_call& call, const barrier_options&) {
     opts.setTimeout(call.timeout);
     gloo::barrier(opts);
   });
+}
+
+void gloo_backend::meet_empty(const op_call& call, uint64_t key) {
+  if (world_size_ == 1) return;
+  gloo::BarrierOptions opts{context_};
+  opts.setTag(tag_of(call.seq, key));
+  opts.setTimeout(call.timeout);
+  gloo::barrier(opts);
 }
 
 namespace {
@@ -253,12 +264,10 @@ void ignore_sigpipe_once() {
 
 } // namespace
 
-caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
+caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
+                                             milliseconds op_timeout) {
   // Formation is no operation: the context names group and rank only.
-  error_context where;
-  where.group = cfg.name;
-  where.rank = cfg.rank;
-  where.world_size = cfg.world_size;
+  auto where = error_context::member(cfg.name, cfg.rank, cfg.world_size);
   ignore_sigpipe_once();
   auto host = resolve_hostname(cfg);
   if (auto problem = host_problem(host); !problem.empty())
@@ -275,7 +284,10 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg) {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx =
       std::make_shared<gloo::rendezvous::Context>(cfg.rank, cfg.world_size);
-    ctx->setTimeout(cfg.timeout);
+    // The connections keep the context's timeout as theirs for good: the
+    // group's, not the formation's time left (the store adapter and the
+    // watchdog bound the formation).
+    ctx->setTimeout(op_timeout);
     ctx->connectFullMesh(adapter, device);
     watchdog.stop();
     auto result = std::make_unique<gloo_backend>(cfg, ctx);

@@ -18,6 +18,7 @@
 #include <caf/expected.hpp>
 
 #include "backends/common/agreement.hpp"
+#include "backends/gloo/gloo_live_buffers.hpp"
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
@@ -124,6 +125,13 @@ class gloo_backend : public backend {
   caf::error translate(op_kind op, const op_call& call,
                        const std::exception& ex) const;
 
+  /// An op with nothing to move still meets its peers: a barrier under the
+  /// op's agreement key. Ranks that all called the same empty op pass; a
+  /// rank whose peers called it with data fails with them (timeout)
+  /// instead of returning success alone. Gloo's barrier slots never pair
+  /// with another op's, whatever the tag.
+  void meet_empty(const op_call& call, uint64_t key);
+
   /// Fails every connection of the context (abort).
   void fail_connections() noexcept;
 
@@ -182,6 +190,7 @@ class gloo_backend : public backend {
   // filled once by warm_up.
   std::vector<std::pair<std::string, int>> peer_addresses_;
   std::atomic<bool> aborted_{false};
+  live_buffers live_;
   std::mutex abort_mtx_;
   std::string abort_reason_;
 };

@@ -39,12 +39,12 @@ caf::error gloo_backend::broadcast(const op_call& call, const tensor_view& in,
                                    const broadcast_options& bopts) {
   return guarded(op_kind::broadcast, call, [&] {
     if (rank_ == bopts.root) copy_bytes(out, in);
-    if (world_size_ == 1 || out.nbytes() == 0) return;
+    if (world_size_ == 1) return;
+    auto key = agreement_key({uint64_t(op_kind::broadcast), out.numel(),
+                              uint64_t(out.type()), uint64_t(bopts.root)});
+    if (out.nbytes() == 0) return meet_empty(call, key);
     gloo::BroadcastOptions opts{context_};
-    tag_and_timeout(
-      opts, call,
-      agreement_key({uint64_t(op_kind::broadcast), out.numel(),
-                     uint64_t(out.type()), uint64_t(bopts.root)}));
+    tag_and_timeout(opts, call, key);
     opts.setRoot(bopts.root);
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::broadcast(opts);
@@ -55,12 +55,12 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const allgather_options&) {
   return guarded(op_kind::allgather, call, [&] {
-    if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
+    auto key = agreement_key(
+      {uint64_t(op_kind::allgather), in.numel(), uint64_t(in.type())});
+    if (in.nbytes() == 0) return meet_empty(call, key);
     gloo::AllgatherOptions opts{context_};
-    tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::allgather), in.numel(),
-                                   uint64_t(in.type())}));
+    tag_and_timeout(opts, call, key);
     opts.setInput(bytes_of(in), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::allgather(opts);
@@ -93,12 +93,12 @@ caf::error gloo_backend::gather(const op_call& call, const tensor_view& in,
                                 const tensor_view& out,
                                 const gather_options& gopts) {
   return guarded(op_kind::gather, call, [&] {
-    if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
+    auto key = agreement_key({uint64_t(op_kind::gather), in.numel(),
+                              uint64_t(in.type()), uint64_t(gopts.root)});
+    if (in.nbytes() == 0) return meet_empty(call, key);
     gloo::GatherOptions opts{context_};
-    tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::gather), in.numel(),
-                                   uint64_t(in.type()), uint64_t(gopts.root)}));
+    tag_and_timeout(opts, call, key);
     opts.setRoot(gopts.root);
     opts.setInput(bytes_of(in), in.nbytes());
     if (rank_ == gopts.root) opts.setOutput(bytes_of(out), out.nbytes());
@@ -110,13 +110,12 @@ caf::error gloo_backend::scatter(const op_call& call, const tensor_view& in,
                                  const tensor_view& out,
                                  const scatter_options& sopts) {
   return guarded(op_kind::scatter, call, [&] {
-    if (out.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
+    auto key = agreement_key({uint64_t(op_kind::scatter), out.numel(),
+                              uint64_t(out.type()), uint64_t(sopts.root)});
+    if (out.nbytes() == 0) return meet_empty(call, key);
     gloo::ScatterOptions opts{context_};
-    tag_and_timeout(
-      opts, call,
-      agreement_key({uint64_t(op_kind::scatter), out.numel(),
-                     uint64_t(out.type()), uint64_t(sopts.root)}));
+    tag_and_timeout(opts, call, key);
     opts.setRoot(sopts.root);
     if (rank_ == sopts.root) {
       std::vector<uint8_t*> blocks;
@@ -143,12 +142,12 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
                                   const tensor_view& out,
                                   const alltoall_options&) {
   return guarded(op_kind::alltoall, call, [&] {
-    if (in.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
+    auto key = agreement_key(
+      {uint64_t(op_kind::alltoall), in.numel(), uint64_t(in.type())});
+    if (in.nbytes() == 0) return meet_empty(call, key);
     gloo::AlltoallOptions opts{context_};
-    tag_and_timeout(opts, call,
-                    agreement_key({uint64_t(op_kind::alltoall), in.numel(),
-                                   uint64_t(in.type())}));
+    tag_and_timeout(opts, call, key);
     opts.setInput(apart_from_output(in, out), in.nbytes());
     opts.setOutput(bytes_of(out), out.nbytes());
     gloo::alltoall(opts);

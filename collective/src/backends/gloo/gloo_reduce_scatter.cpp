@@ -14,8 +14,8 @@
 
 #include <gloo/transport/unbound_buffer.h>
 
-#include "backends/gloo/gloo_backend.hpp"
 #include "backends/common/reduce_kernels.hpp"
+#include "backends/gloo/gloo_backend.hpp"
 #include "backends/gloo/slots.hpp"
 
 namespace caf_collective::detail {
@@ -32,17 +32,19 @@ void gloo_backend::ring_reduce_scatter(const op_call& call, std::byte* work,
                                     uint64_t(carrier), uint64_t(op), pass})));
   auto right = (rank_ + 1) % p;
   auto left = (rank_ + p - 1) % p;
-  auto work_buf = context_->createUnboundBuffer(work, block_bytes * p);
+  live_buffers::tracked work_buf{
+    live_, context_->createUnboundBuffer(work, block_bytes * p)};
   // Two inbox halves: the next step's receive lands in the other half
   // while this step's data is being reduced.
-  auto inbox_buf = context_->createUnboundBuffer(inbox, block_bytes * 2);
+  live_buffers::tracked inbox_buf{
+    live_, context_->createUnboundBuffer(inbox, block_bytes * 2)};
   auto block_of = [&](int s) { return ((rank_ - s) % p + p) % p; };
   inbox_buf->recv(left, slot, 0, block_bytes);
   for (int s = 0; s < p - 1; ++s) {
     auto send_block = block_of(s + 1);
     auto recv_block = block_of(s + 2);
     work_buf->send(right, slot, send_block * block_bytes, block_bytes);
-    inbox_buf->waitRecv(call.timeout);
+    inbox_buf.wait_recv(call.timeout);
     auto half = static_cast<size_t>(s % 2) * block_bytes;
     if (s + 1 < p - 1)
       inbox_buf->recv(left, slot, block_bytes - half, block_bytes);
@@ -51,7 +53,7 @@ void gloo_backend::ring_reduce_scatter(const op_call& call, std::byte* work,
     // The next step sends the block just reduced, a different one from the
     // block in flight now; still, complete each send before moving on so
     // at most one send per step is outstanding.
-    work_buf->waitSend(call.timeout);
+    work_buf.wait_send(call.timeout);
   }
 }
 
@@ -61,7 +63,10 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
                                         const reduce_scatter_options& opts) {
   return guarded(op_kind::reduce_scatter, call, [&] {
     auto block = out.numel();
-    if (block == 0) return;
+    if (block == 0)
+      return meet_empty(
+        call, agreement_key({uint64_t(op_kind::reduce_scatter), 0,
+                             uint64_t(in.type()), uint64_t(opts.op)}));
     auto total = in.numel();
     if (needs_split_avg(in.type(), opts.op) && world_size_ > 1) {
       auto* q = scratch_.reserve(in.nbytes());

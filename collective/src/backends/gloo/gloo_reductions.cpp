@@ -2,6 +2,7 @@
 // type (reduce_kernels.hpp): float16/bfloat16 are widened to float32,
 // reduced, and rounded once at the end; avg on small integers is summed in
 // int64.
+#include <climits>
 #include <cstring>
 
 #include <gloo/allreduce.h>
@@ -148,6 +149,11 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
     else
       algorithm = allreduce_algorithm::halving_doubling;
   }
+  // Gloo's legacy algorithms count elements and bytes in an int: above
+  // that they would allocate a negative size. Every rank has the same
+  // count (or the ops fail anyway), so all of them switch alike.
+  if (is_legacy(algorithm) && bytes > size_t{INT_MAX})
+    algorithm = allreduce_algorithm::ring_options_api;
   if (is_legacy(algorithm)) {
     auto& cached = legacy_instance(call, algorithm, carrier, count, op);
     std::memcpy(cached.buffer.get(), data, bytes);
@@ -177,7 +183,10 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
                                    const allreduce_options& opts) {
   return guarded(op_kind::allreduce, call, [&] {
     auto count = in.numel();
-    if (count == 0) return;
+    if (count == 0)
+      return meet_empty(
+        call, agreement_key({uint64_t(op_kind::allreduce), 0,
+                             uint64_t(in.type()), uint64_t(opts.op)}));
     if (needs_split_avg(in.type(), opts.op) && world_size_ > 1) {
       auto* q = out.data_as<int64_t>();
       auto* r = reinterpret_cast<int64_t*>(scratch_.reserve(in.nbytes()));
@@ -229,7 +238,10 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
                                 const reduce_options& ropts) {
   return guarded(op_kind::reduce, call, [&] {
     auto count = in.numel();
-    if (count == 0) return;
+    if (count == 0)
+      return meet_empty(
+        call, agreement_key({uint64_t(op_kind::reduce), 0, uint64_t(in.type()),
+                             uint64_t(ropts.op), uint64_t(ropts.root)}));
     bool is_root = rank_ == ropts.root;
     if (needs_split_avg(in.type(), ropts.op) && world_size_ > 1) {
       // Split first: the root's output may be its input.
