@@ -44,11 +44,11 @@ using member_api = caf::typed_actor<
   caf::replies_to<member_op>::with<object_ref>>;
 
 /// The rendezvous store actor (rendezvous_actor.hpp).
-using store_api =
-  caf::typed_actor<caf::replies_to<caf::put_atom, std::string,
-                                   std::vector<char>>::with<caf::ok_atom>,
-                   caf::replies_to<caf::get_atom, std::string,
-                                   int64_t>::with<std::vector<char>>>;
+using store_api = caf::typed_actor<
+  caf::replies_to<caf::put_atom, std::string,
+                  std::vector<char>>::with<caf::ok_atom>,
+  caf::replies_to<caf::get_atom, std::string, int64_t>::with<std::vector<char>>,
+  caf::replies_to<forget_atom, std::string>::with<caf::ok_atom>>;
 
 /// The typed view of a driver spawned by spawn_driver.
 inline driver_api typed_driver(const driver_actor& driver) {

@@ -82,6 +82,10 @@ void start_own_op(caf::local_actor* self, member_op op, caf::message_id id);
 /// message or error.
 void start_own_job(caf::local_actor* self, member_job job, caf::message_id id);
 
+/// Puts `t` into the store of `self`'s node, released when `self`
+/// terminates (output_owners.cpp): a member or any other actor.
+caf::expected<object_ref> put_owned(caf::local_actor* self, tensor&& t);
+
 } // namespace detail
 
 /// The ops of one group, started by the member `self` (an actor running the
@@ -293,10 +297,11 @@ class member_collectives {
 };
 
 /// Puts `t` into the store of `self`'s node, owned by `self`: the object is
-/// released when `self` terminates, unless it was released before.
+/// released when `self` terminates, unless it was released before. `self`
+/// may be a member or any other actor (a client preparing an op's inputs).
 template<class Self>
 caf::expected<object_ref> put(Self* self, tensor&& t) {
-  return local_store(self->system())->put(std::move(t), self->id());
+  return detail::put_owned(self, std::move(t));
 }
 
 /// The collectives of `group` for the member `self`.

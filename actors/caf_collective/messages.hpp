@@ -76,6 +76,9 @@ using release_atom = caf::atom_constant<caf::atom("col_rel")>;
 /// actor, released when it terminates instead of with its owner so far.
 /// The driver forwards a ref of another node as for release.
 using hand_atom = caf::atom_constant<caf::atom("col_hand")>;
+/// driver -> its rendezvous store: forget every key under a prefix (a
+/// destroyed group's formation keys).
+using forget_atom = caf::atom_constant<caf::atom("col_forget")>;
 
 // -- limits -------------------------------------------------------------------
 

@@ -139,6 +139,13 @@ caf::error destroy_group(driver_ptr self, const std::string& name) {
   for (auto& m : g.members)
     if (m) self->send(m, leave_atom::value, name);
   fail_all(self->state, g, group_error(errc::aborted, g, "group destroyed"));
+  // Its formation keys go too: a program that declares and destroys groups
+  // for a long time would otherwise grow the store by every formation's.
+  // Members of a later declaration form under a new generation's prefix.
+  // Anonymous: its ok would reach the driver as a message it has no
+  // handler for.
+  caf::anon_send(self->state.store, forget_atom::value,
+                 g.name + "/" + std::to_string(g.gen) + "/");
   self->state.groups.erase(i);
   return {};
 }

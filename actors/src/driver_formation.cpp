@@ -114,6 +114,19 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
                         to_cstr(g.state) + "; destroy it first"));
     return;
   }
+  // Every rank has been sent init already: this member's formation is under
+  // way (or its join just aborted it). A second init to every rank would
+  // start a second formation under the same keys.
+  bool init_sent = std::all_of(g.members.begin(), g.members.end(),
+                               [](const caf::actor& x) { return bool{x}; });
+  if (init_sent && g.members[m.rank] == member) {
+    reject(group_error(errc::duplicate_group, g,
+                       "rank " + std::to_string(m.rank) +
+                         " registered again (a repeated join) after the "
+                         "group began to form; destroy it and declare it "
+                         "again"));
+    return;
+  }
   auto held = std::find(g.members.begin(), g.members.end(), member);
   if (m.world_size != g.world_size || m.backend != g.backend ||
       m.ops_from != g.ops_from ||

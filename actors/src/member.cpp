@@ -301,12 +301,24 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   // naming it.
   st->settings = settings_of(self->system());
   auto node = node_name(self->system());
-  auto join = [self, st, node](membership m) {
+  // Fails every op of the group not answered yet.
+  auto fail_all = [self](member_group& g, const caf::error& err) {
+    for (auto& [key, op] : g.ops)
+      op.fail(err, self->context());
+    g.ops.clear();
+  };
+  auto join = [self, st, node, fail_all](membership m) {
     auto& g = st->groups[m.group];
     if (g.grp) {
       group::abort_off_thread(g.grp, "membership replaced by a new join");
       group::release_on_lane(std::move(g.grp));
     }
+    // Ops of the old membership that never reached a lane (waiting for
+    // init, held behind an object op, delayed) would otherwise never be
+    // answered: their entry goes now.
+    fail_all(
+      g, make_error(errc::aborted, "group '" + m.group +
+                                     "': membership replaced by a new join"));
     g = member_group{};
     g.m = m;
     self->send(st->driver, reg_atom::value, std::move(m), node);
@@ -332,12 +344,6 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     return &i->second;
   };
   auto addr = self->address();
-  // Fails every op of the group not answered yet.
-  auto fail_all = [self](member_group& g, const caf::error& err) {
-    for (auto& [key, op] : g.ops)
-      op.fail(err, self->context());
-    g.ops.clear();
-  };
   // Hands op `seq` to the group's lane; its completion answers the
   // requester (op_answer.hpp). Without a group yet, the op waits in `ops`
   // until init.
@@ -438,6 +444,10 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       auto i = st->groups.find(name);
       if (i == st->groups.end()) return;
       auto& g = i->second;
+      // One formation per membership: a second init (a driver that sent
+      // it twice) must not drop the first group here, on a scheduler
+      // thread, where its teardown could block.
+      if (g.grp) return;
       g.gen = gen;
       g.state = "forming";
       group_config cfg;

@@ -7,8 +7,11 @@
 #include <caf/abstract_actor.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_control_block.hpp>
+#include <caf/local_actor.hpp>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/member_ops.hpp"
+#include "caf_collective/messages.hpp"
 
 namespace caf_collective::detail {
 
@@ -71,6 +74,15 @@ output_owner_ptr output_owner_of(const object_store_ptr& store,
                                  const caf::actor_addr& client) {
   if (!client) return nullptr;
   return registry::instance().of(store, client);
+}
+
+caf::expected<object_ref> put_owned(caf::local_actor* self, tensor&& t) {
+  // Under the watched owner's key, not the actor's id: only members release
+  // what their id owns when they end (member.cpp), while the watch serves
+  // every actor, member or not.
+  auto store = local_store(self->system());
+  auto owner = output_owner_of(store, self->address());
+  return store->put(std::move(t), owner->key);
 }
 
 caf::error hand_over(const object_store_ptr& store, const object_ref& ref,

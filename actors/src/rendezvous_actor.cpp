@@ -49,6 +49,14 @@ caf::behavior store_impl(caf::stateful_actor<store_state>* self) {
                          key_timeout_atom::value, key, id, timeout_ms);
       return caf::delegated<std::vector<char>>{};
     },
+    [=](forget_atom, const std::string& prefix) {
+      // Waiters stay: they end at their own timeout, as for a key never set.
+      auto& values = self->state.values;
+      auto i = values.lower_bound(prefix);
+      while (i != values.end() && i->first.starts_with(prefix))
+        i = values.erase(i);
+      return caf::ok_atom::value;
+    },
     [=](key_timeout_atom, const std::string& key, uint64_t id,
         int64_t timeout_ms) {
       auto [first, last] = self->state.waiting.equal_range(key);

@@ -581,6 +581,36 @@ TEST_CASE("refs a member owns are released when it terminates, and any "
   CHECK(!store->contains(b));
 }
 
+TEST_CASE("refs an actor that is no member stored with col::put are released "
+          "when it terminates") {
+  // Only members released what they stored; a client preparing an op's
+  // inputs with col::put leaked them for the life of the process.
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  auto store = col::local_store(f.sys);
+  auto client = f.sys.spawn([](caf::event_based_actor* client_self) {
+    return caf::behavior{
+      [=](put_atom, float x) -> caf::result<col::object_ref> {
+        auto ref = col::put(client_self,
+                            col::tensor::from_vector(std::vector<float>{x, x}));
+        if (!ref) return ref.error();
+        return *ref;
+      }};
+  });
+  col::object_ref ref;
+  self->request(client, 5s, put_atom::value, 3.0f)
+    .receive([&](col::object_ref& r) { ref = std::move(r); },
+             [&](caf::error& err) { FAIL(text(err)); });
+  REQUIRE(store->contains(ref));
+  self->monitor(client);
+  caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (store->contains(ref) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK(!store->contains(ref));
+}
+
 namespace {
 
 using objects_atom = caf::atom_constant<caf::atom("t_objs")>;

@@ -318,6 +318,26 @@ TEST_CASE("member path: an op waiting for an init that never comes fails "
   CHECK(contains(col::render(out->err), "never started its formation"));
 }
 
+TEST_CASE("member path: a join that replaces a membership answers the ops "
+          "that waited for its init with aborted") {
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("rejoin", col::op_source::members, out);
+  f.go(m, "rejoin", {1});
+  f.run();
+  CHECK(out->answers == 0); // waits for the group's init
+  caf::anon_send(m, col::join_atom::value,
+                 fixture::rank0_of("rejoin", col::op_source::members));
+  f.run();
+  // Answered at once, not dropped with the old membership's entry (its
+  // init timer then found the new, empty entry and answered nobody).
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::aborted);
+  CHECK(col::render(out->err).find("new join") != std::string::npos);
+  f.advance(7s);
+  CHECK(out->answers == 1);
+}
+
 TEST_CASE("member path: the init wait of an op of an earlier membership "
           "does not end an op of a later membership of the same group") {
   fixture f;

@@ -12,6 +12,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <memory>
@@ -43,6 +44,7 @@ struct script {
   std::string node = "scripted-node";
   std::vector<std::string> log; // one line per message, in arrival order
   uint64_t gen = 0;             // from the last init
+  caf::actor store;             // from the last init
   // Starts by (group, seq), and the promises of those not answered yet.
   std::map<std::pair<std::string, uint64_t>, col::start_msg> started;
   std::map<std::pair<std::string, uint64_t>, caf::response_promise> unfinished;
@@ -69,6 +71,7 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
     [=](col::init_atom, const std::string& group, uint64_t gen,
         const caf::actor& store, const std::string& prefix, int64_t) {
       sc->gen = gen;
+      sc->store = store;
       sc->log.push_back("init " + group + " prefix " + prefix +
                         (store ? " store" : " no store"));
     },
@@ -401,6 +404,84 @@ TEST_CASE("registration: a conflicting world size or a taken rank is "
   f.ready(m1, *s1, "g", 1);
   f.run();
   CHECK(f.status("g").state == "ready");
+}
+
+TEST_CASE("registration: a rank that registers again once init went out is "
+          "refused - no rank gets a second init") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.member(s1, fixture::ms(1, 2));
+  f.run();
+  REQUIRE(s0->log.size() == 1);
+  REQUIRE(s1->log.size() == 1);
+  // A repeated join of rank 0 while the group forms.
+  caf::anon_send(m0, col::join_atom::value, fixture::ms(0, 2));
+  f.run();
+  auto inits = [](const script& sc) {
+    return std::count_if(sc.log.begin(), sc.log.end(), [](const auto& line) {
+      return contains(line, "init g");
+    });
+  };
+  CHECK(inits(*s0) == 1);
+  CHECK(inits(*s1) == 1);
+  REQUIRE(s0->log.size() == 3);
+  CHECK(s0->log[1] == "join g");
+  CHECK(contains(s0->log[2], "abort g: collective.duplicate_group"));
+  CHECK(contains(s0->log[2], "registered again"));
+}
+
+TEST_CASE("destroying a group makes the rendezvous store forget its "
+          "formation's keys - and no other group's") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  auto m1 = f.member(s1, fixture::ms(1, 2));
+  f.run();
+  f.ready(m0, *s0, "g", 0);
+  f.ready(m1, *s1, "g", 1);
+  f.run();
+  REQUIRE(s0->store);
+  auto own = "g/" + std::to_string(s0->gen) + "/formation/current";
+  auto later = "g/" + std::to_string(s0->gen + 1) + "/formation/current";
+  std::string other = "h/1/formation/current";
+  for (const auto& key : {own, later, other})
+    caf::anon_send(s0->store, caf::put_atom::value, key,
+                   std::vector<char>{'x'});
+  f.run();
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"g"});
+  f.run();
+  REQUIRE(destroyed->answers == 1);
+  // 1: the key is there, 0: the get timed out, -2: another error.
+  auto read = [&](const std::string& key) {
+    auto found = std::make_shared<int>(-1);
+    f.sys.spawn([=, store = s0->store](caf::event_based_actor* self) {
+      self
+        ->request(store, caf::infinite, caf::get_atom::value, key,
+                  int64_t{1000})
+        .then([=](std::vector<char>&) { *found = 1; },
+              [=](caf::error& err) {
+                *found = col::code_of(err) == col::errc::timeout ? 0 : -2;
+              });
+    });
+    return found;
+  };
+  auto a = read(own);
+  auto b = read(later);
+  auto c = read(other);
+  f.run();
+  f.advance(2s);
+  CHECK(*a == 0);
+  CHECK(*b == 1);
+  CHECK(*c == 1);
+  // The driver lives on: its store's answer did not reach it as a stray.
+  auto status =
+    f.ask<col::group_status>(col::status_atom::value, std::string{"g"});
+  f.run();
+  CHECK(status->answers == 1);
 }
 
 TEST_CASE("gang timeout: nothing happens before the deadline - then the "
