@@ -170,6 +170,16 @@ void pump(driver_ptr self, group_entry& g) {
       const auto& ref = op.req.refs[r];
       // Ranks outside a send/recv pair do not touch their refs.
       if (!ref.valid() || !op.takes_part[r]) continue;
+      // Checked at submission unless the rank had not registered yet: a ref
+      // of the driver's node for a member elsewhere would pin here and
+      // fail only at the member, once its peers had started.
+      if (ref.node != g.nodes[r]) {
+        failures.emplace(r,
+                         make_error(errc::unknown_object,
+                                    "its ref lives on node '" + ref.node +
+                                      "', its member on '" + g.nodes[r] + "'"));
+        continue;
+      }
       if (ref.node != self->state.node) {
         remote.push_back(r);
         continue;

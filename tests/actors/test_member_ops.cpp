@@ -527,7 +527,8 @@ namespace {
 
 using put_atom = caf::atom_constant<caf::atom("t_put")>;
 
-// A member that puts a tensor it owns on request and answers its ref.
+// Puts a tensor it owns on request and answers its ref (spawned as a
+// member or as a plain actor).
 caf::behavior putter(caf::event_based_actor* self) {
   return {
     [=](put_atom, float x) -> caf::result<col::object_ref> {
@@ -537,6 +538,16 @@ caf::behavior putter(caf::event_based_actor* self) {
       return *ref;
     },
   };
+}
+
+// An owner's death releases its objects as it terminates, which the down
+// message may overtake: waits for the release, bounded.
+bool released_soon(const col::object_store_ptr& store,
+                   const col::object_ref& ref) {
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (store->contains(ref) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  return !store->contains(ref);
 }
 
 } // namespace
@@ -573,12 +584,7 @@ TEST_CASE("refs a member owns are released when it terminates, and any "
   self->monitor(m);
   caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
   self->receive([](caf::down_msg&) {});
-  // The down message may overtake the member's own cleanup (both run as
-  // it terminates): wait for the release, bounded.
-  auto until = std::chrono::steady_clock::now() + 10s;
-  while (store->contains(b) && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  CHECK(!store->contains(b));
+  CHECK(released_soon(store, b));
 }
 
 TEST_CASE("refs an actor that is no member stored with col::put are released "
@@ -588,15 +594,7 @@ TEST_CASE("refs an actor that is no member stored with col::put are released "
   fixture f;
   caf::scoped_actor self{f.sys};
   auto store = col::local_store(f.sys);
-  auto client = f.sys.spawn([](caf::event_based_actor* client_self) {
-    return caf::behavior{
-      [=](put_atom, float x) -> caf::result<col::object_ref> {
-        auto ref = col::put(client_self,
-                            col::tensor::from_vector(std::vector<float>{x, x}));
-        if (!ref) return ref.error();
-        return *ref;
-      }};
-  });
+  auto client = f.sys.spawn(putter);
   col::object_ref ref;
   self->request(client, 5s, put_atom::value, 3.0f)
     .receive([&](col::object_ref& r) { ref = std::move(r); },
@@ -605,10 +603,7 @@ TEST_CASE("refs an actor that is no member stored with col::put are released "
   self->monitor(client);
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   self->receive([](caf::down_msg&) {});
-  auto until = std::chrono::steady_clock::now() + 10s;
-  while (store->contains(ref) && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  CHECK(!store->contains(ref));
+  CHECK(released_soon(store, ref));
 }
 
 namespace {

@@ -532,6 +532,37 @@ TEST_CASE("an op asked for before every rank registered waits for the "
   CHECK(s1->started.size() == 1);
 }
 
+TEST_CASE("an op asked for before a rank registered is refused before any "
+          "data moves when that rank's ref lives on the driver's node and "
+          "its member elsewhere") {
+  fixture f;
+  auto s0 = std::make_shared<script>();
+  auto s1 = std::make_shared<script>();
+  auto m0 = f.member(s0, fixture::ms(0, 2));
+  f.run();
+  // Rank 1's input in the driver's own store; rank 1 will live on the
+  // scripted node.
+  auto t = col::tensor::empty(col::dtype::float32, {4});
+  REQUIRE(t);
+  auto here = col::local_store(f.sys)->put(std::move(*t));
+  REQUIRE(here);
+  auto op = f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), *here}, {}});
+  f.run();
+  CHECK(op->answers == 0);
+  auto m1 = f.member(s1, fixture::ms(1, 2));
+  f.run();
+  f.ready(m0, *s0, "g", 0);
+  f.ready(m1, *s1, "g", 1);
+  f.run();
+  REQUIRE(op->answers == 1);
+  CHECK(col::code_of(op->err) == col::errc::unknown_object);
+  CHECK(
+    contains(col::render(op->err), "refused before any data moved: ranks [1]"));
+  CHECK(s0->started.empty());
+  CHECK(s1->started.empty());
+  CHECK(f.status("g").state == "ready");
+}
+
 TEST_CASE("gang timeout: registered ranks that never report ready are "
           "named") {
   fixture f;
