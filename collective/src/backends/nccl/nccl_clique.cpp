@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "vocabulary/log.hpp"
 #include "backends/nccl/nccl_issue.hpp"
+#include "vocabulary/log.hpp"
 
 namespace caf_collective::detail {
 
@@ -221,8 +221,17 @@ caf::error nccl_clique::run(const nccl_step_ctx& ctx, enqueue_ref enqueue,
   // issue_group reports after releasing the issue mutex, so fail() below
   // never runs with it held.
   nccl_work_pending_ = true;
-  auto issued =
-    issue_group(ctx.where, "the NCCL operation", slots_.front().comm, body);
+  issue_outcome issued;
+  try {
+    issued =
+      issue_group(ctx.where, "the NCCL operation", slots_.front().comm, body);
+  } catch (const std::exception& ex) {
+    // Part of the op may be queued on the communicators: abort them, as
+    // for any failure here, instead of leaving the unwinding to the group.
+    return fail(make_error(errc::backend_error, ctx.where,
+                           std::string{"issuing the NCCL operation threw: "} +
+                             ex.what()));
+  }
   if (issued.err) return fail(std::move(issued.err));
   if (issued.pending)
     if (auto err = wait_comms_ready(ctx.where, ctx.deadline, &abort_requested_,
