@@ -145,7 +145,7 @@ caf::error destroy_group(driver_ptr self, const std::string& name) {
   // Anonymous: its ok would reach the driver as a message it has no
   // handler for.
   caf::anon_send(self->state.store, forget_atom::value,
-                 g.name + "/" + std::to_string(g.gen) + "/");
+                 formation_prefix(g) + "/");
   self->state.groups.erase(i);
   return {};
 }

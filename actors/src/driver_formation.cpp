@@ -114,17 +114,20 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
                         to_cstr(g.state) + "; destroy it first"));
     return;
   }
-  // Every rank has been sent init already: this member's formation is under
-  // way (or its join just aborted it). A second init to every rank would
-  // start a second formation under the same keys.
+  // Every rank has been sent init already: this member's join aborted its
+  // formation, which therefore fails. Failing it now names the cause (the
+  // formation deadline would name an unready rank); a second init to every
+  // rank would start a second formation under the same keys.
   bool init_sent = std::all_of(g.members.begin(), g.members.end(),
                                [](const caf::actor& x) { return bool{x}; });
   if (init_sent && g.members[m.rank] == member) {
-    reject(group_error(errc::duplicate_group, g,
-                       "rank " + std::to_string(m.rank) +
-                         " registered again (a repeated join) after the "
-                         "group began to form; destroy it and declare it "
-                         "again"));
+    break_group(self, g,
+                group_error(errc::duplicate_group, g,
+                            "rank " + std::to_string(m.rank) +
+                              " registered again (a repeated join) after the "
+                              "group began to form; destroy it and declare it "
+                              "again"),
+                true);
     return;
   }
   auto held = std::find(g.members.begin(), g.members.end(), member);
@@ -148,7 +151,10 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
     self->monitor(member);
   for (auto& x : g.members)
     if (!x) return;
-  auto prefix = g.name + "/" + std::to_string(g.gen);
+  // The generation first: it is unique, so "<gen>/" covers this formation's
+  // keys and no other group's, whatever '/' the names hold (destroy_group
+  // makes the store forget them by that prefix).
+  auto prefix = formation_prefix(g);
   for (auto& x : g.members)
     self->send(x, init_atom::value, g.name, g.gen, self->state.store, prefix,
                g.timeout_ms);

@@ -136,6 +136,13 @@ inline group_entry* find_group(driver_ptr self, const std::string& name,
   return &i->second;
 }
 
+/// Where the ranks of `g`'s current formation keep their rendezvous keys:
+/// "<gen>/<name>". Generations are unique per driver, so "<gen>/" names
+/// this formation's keys alone even when group names contain '/'.
+inline std::string formation_prefix(const group_entry& g) {
+  return std::to_string(g.gen) + "/" + g.name;
+}
+
 // -- errors -------------------------------------------------------------------
 
 /// An error about op `op` (seq -1: not started yet) of group `g`, or about

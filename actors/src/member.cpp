@@ -200,6 +200,14 @@ caf::error refuse_member_job(const member_group* g, const std::string& name,
   return {};
 }
 
+// Where an op's output lives: beside its input, or, for a rank with none
+// (scatter off the root, a receiver), where the group's backend moves data:
+// NCCL only moves device memory and refuses a host output.
+device output_device(const member_group& g, const tensor* in) {
+  if (in != nullptr) return in->dev();
+  return g.m.backend == "nccl" ? device::cuda(g.m.cuda_device) : device::cpu();
+}
+
 // Turns a member's own request into what its lane runs: pins the input,
 // allocates the output (same layouts as the driver computes) and puts
 // send/recv into the driver's form (root = source, peer = destination).
@@ -277,8 +285,8 @@ caf::expected<inflight> plan_member_op(const member_group& g,
     default: break;
   }
   if (out_shape) {
-    auto dev = answer.in ? answer.in->dev() : device::cpu();
-    auto out = tensor::empty(op.type_hint, *out_shape, dev);
+    auto out = tensor::empty(op.type_hint, *out_shape,
+                             output_device(g, answer.in.get()));
     if (!out) return std::move(out.error());
     answer.out = std::make_shared<tensor>(std::move(*out));
   }
@@ -334,7 +342,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       for (auto& [name, g] : st->groups)
         let_go(name, g);
       st->groups.clear();
-      // A ref owner's death releases its refs (outputs and member puts).
+      // A ref owner's death releases its refs: the outputs of its own ops
+      // here (col::put's objects go through the owner registry's watch).
       st->store->release_owned_by(owner);
     });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
@@ -527,8 +536,8 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         answer.in = std::move(*pin);
       }
       if (msg.has_out) {
-        auto dev = answer.in ? answer.in->dev() : device::cpu();
-        auto out = tensor::empty(msg.out_type, msg.out_shape, dev);
+        auto out = tensor::empty(msg.out_type, msg.out_shape,
+                                 output_device(*g, answer.in.get()));
         if (!out) return std::move(out.error());
         answer.out = std::make_shared<tensor>(std::move(*out));
       }

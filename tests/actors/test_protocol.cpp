@@ -359,7 +359,8 @@ TEST_CASE("registration: init goes to every rank only once all registered - "
   CHECK(s0->gen != 0);
   CHECK(s0->gen == s1->gen);
   REQUIRE(s0->log.size() == 1);
-  CHECK(s0->log[0] == "init g prefix g/" + std::to_string(s0->gen) + " store");
+  CHECK(s0->log[0] ==
+        "init g prefix " + std::to_string(s0->gen) + "/g store");
   CHECK(s1->log == s0->log);
   // Ready from rank 0 alone answers nobody.
   f.ready(m0, *s0, "g", 0);
@@ -430,6 +431,12 @@ TEST_CASE("registration: a rank that registers again once init went out is "
   CHECK(s0->log[1] == "join g");
   CHECK(contains(s0->log[2], "abort g: collective.duplicate_group"));
   CHECK(contains(s0->log[2], "registered again"));
+  // The formation fails now, naming the cause, for every rank and waiter
+  // (not at its deadline, naming rank 0 as unready).
+  CHECK(has_line(*s1, "abort g: collective.duplicate_group"));
+  auto st = f.status("g");
+  CHECK(st.state == "failed");
+  CHECK(contains(col::render(st.reason), "registered again"));
 }
 
 TEST_CASE("destroying a group makes the rendezvous store forget its "
@@ -444,9 +451,13 @@ TEST_CASE("destroying a group makes the rendezvous store forget its "
   f.ready(m1, *s1, "g", 1);
   f.run();
   REQUIRE(s0->store);
-  auto own = "g/" + std::to_string(s0->gen) + "/formation/current";
-  auto later = "g/" + std::to_string(s0->gen + 1) + "/formation/current";
-  std::string other = "h/1/formation/current";
+  auto gen = std::to_string(s0->gen);
+  auto own = gen + "/g/formation/current";
+  // A generation whose number starts with this one's, and a group whose
+  // name starts with "g/" and this generation (a name may hold '/').
+  auto later = gen + "0/g/formation/current";
+  auto other =
+    std::to_string(s0->gen + 1) + "/g/" + gen + "/formation/current";
   for (const auto& key : {own, later, other})
     caf::anon_send(s0->store, caf::put_atom::value, key,
                    std::vector<char>{'x'});
@@ -637,7 +648,7 @@ TEST_CASE("dispatch: ops are checked, numbered and started in request order - "
   // the second op waits until the first one was started everywhere.
   CHECK(scripts[0]->log ==
         std::vector<std::string>{
-          "init g prefix g/" + std::to_string(scripts[0]->gen) + " store",
+          "init g prefix " + std::to_string(scripts[0]->gen) + "/g store",
           "check g object 1", "start g seq 0 allreduce", "check g object 3",
           "start g seq 1 allgather"});
   CHECK(scripts[1]->log[1] == "check g object 2");

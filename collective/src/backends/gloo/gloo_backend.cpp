@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 #include <netdb.h>
 
@@ -273,11 +274,12 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
   if (auto problem = host_problem(host); !problem.empty())
     return make_error(errc::backend_error, where,
                       "forming the group failed: " + problem);
+  auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
                              cfg.rank, cfg.world_size, host, cfg.timeout};
-  formation_watchdog watchdog{cfg.rank, cfg.world_size,
-                              std::chrono::steady_clock::now() + cfg.timeout,
+  formation_watchdog watchdog{cfg.rank, cfg.world_size, deadline,
                               [&adapter] { return adapter.own_addresses(); }};
+  bool warm_up_late = false; // read once the alarm stopped
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
@@ -291,9 +293,23 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
     ctx->connectFullMesh(adapter, device);
     watchdog.stop();
     auto result = std::make_unique<gloo_backend>(cfg, ctx);
-    result->warm_up(warm_up_bytes);
+    {
+      deadline_alarm alarm{deadline, [&result, &warm_up_late] {
+                             warm_up_late = true;
+                             result->abort("formation deadline passed");
+                           }};
+      result->warm_up(warm_up_bytes);
+    }
+    if (warm_up_late) throw std::runtime_error("warm-up too late");
     return backend_ptr{std::move(result)};
   } catch (const std::exception& ex) {
+    if (warm_up_late)
+      return make_error(errc::timeout, where,
+                        "forming the group failed: a peer connected but did "
+                        "not finish the warm-up exchange by the formation "
+                        "deadline (" +
+                          std::to_string(cfg.timeout.count()) +
+                          " ms): it stopped or hangs");
     // The store or the peer check failed: keep their code and text.
     if (const auto& err = adapter.failure()) {
       return make_error(is_collective_error(err) ? code_of(err)

@@ -69,4 +69,34 @@ void formation_watchdog::fire() {
   }
 }
 
+deadline_alarm::deadline_alarm(std::chrono::steady_clock::time_point deadline,
+                               std::function<void()> ring)
+  : thread_{[this, deadline, ring = std::move(ring)] {
+      std::unique_lock<std::mutex> guard{mtx_};
+      if (cv_.wait_until(guard, deadline, [this] { return stopped_; })) return;
+      // Under the lock: stop() returns only once the ring is over.
+      rang_ = true;
+      ring();
+    }} {
+  // nop
+}
+
+deadline_alarm::~deadline_alarm() {
+  stop();
+}
+
+void deadline_alarm::stop() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool deadline_alarm::rang() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return rang_;
+}
+
 } // namespace caf_collective::detail

@@ -53,4 +53,35 @@ class formation_watchdog {
   std::thread thread_;
 };
 
+/// Runs `ring` on a thread of its own at `deadline` unless stopped first.
+/// Gloo's warm-up exchange after the connect phase waits with the
+/// connections' timeout, the group's, which can be far past the formation
+/// deadline: a peer that stalls after connecting would hold the formation
+/// that long. The alarm aborts the backend at the deadline instead.
+class deadline_alarm {
+ public:
+  deadline_alarm(std::chrono::steady_clock::time_point deadline,
+                 std::function<void()> ring);
+
+  /// Stops the alarm (stop()).
+  ~deadline_alarm();
+
+  deadline_alarm(const deadline_alarm&) = delete;
+  deadline_alarm& operator=(const deadline_alarm&) = delete;
+
+  /// Returns once the alarm cannot ring any more (it rang already, or
+  /// never will).
+  void stop();
+
+  /// Whether `ring` ran; meaningful after stop().
+  bool rang();
+
+ private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  bool rang_ = false;
+  std::thread thread_; // last: starts once the members above exist
+};
+
 } // namespace caf_collective::detail
