@@ -770,7 +770,11 @@ TEST_CASE("gloo: an abort ends a send and a recv whose message is half "
     elapsed[rank] = clock_type::now() - start;
     col::destroy_collective_group(g);
     log.expect(under_way, "the message was through within 100 ms");
-    log.expect(col::code_of(err) == col::errc::aborted ||
+    // The abort needs Gloo's network thread for a moment, which a slow
+    // build (TSan: ~50 MB/s) may keep busy until the message is through:
+    // then the op succeeds. What must never happen is the wait to the
+    // deadline.
+    log.expect(!err || col::code_of(err) == col::errc::aborted ||
                  col::code_of(err) == col::errc::peer_lost,
                "rank " + std::to_string(rank) + ": " + col::render(err));
   });
