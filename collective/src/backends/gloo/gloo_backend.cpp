@@ -303,13 +303,6 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
     if (warm_up_late) throw std::runtime_error("warm-up too late");
     return backend_ptr{std::move(result)};
   } catch (const std::exception& ex) {
-    if (warm_up_late)
-      return make_error(errc::timeout, where,
-                        "forming the group failed: a peer connected but did "
-                        "not finish the warm-up exchange by the formation "
-                        "deadline (" +
-                          std::to_string(cfg.timeout.count()) +
-                          " ms): it stopped or hangs");
     // The store or the peer check failed: keep their code and text.
     if (const auto& err = adapter.failure()) {
       return make_error(is_collective_error(err) ? code_of(err)
@@ -325,6 +318,15 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
           " were not established by the formation deadline (" +
           std::to_string(cfg.timeout.count()) +
           " ms): they stopped or died after joining");
+    // After the peers the watchdog named: its pokes at the deadline can look
+    // like a connection to Gloo, which then fails in the warm-up.
+    if (warm_up_late)
+      return make_error(errc::timeout, where,
+                        "forming the group failed: a peer connected but did "
+                        "not finish the warm-up exchange by the formation "
+                        "deadline (" +
+                          std::to_string(cfg.timeout.count()) +
+                          " ms): it stopped or hangs");
     std::string what = ex.what();
     auto code = what.find("timeout") != std::string::npos ||
                     what.find("Timed out") != std::string::npos ||
