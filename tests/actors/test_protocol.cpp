@@ -328,10 +328,14 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+size_t count_lines(const script& sc, const std::string& needle) {
+  return static_cast<size_t>(
+    std::count_if(sc.log.begin(), sc.log.end(),
+                  [&](const auto& line) { return contains(line, needle); }));
+}
+
 bool has_line(const script& sc, const std::string& needle) {
-  for (auto& line : sc.log)
-    if (contains(line, needle)) return true;
-  return false;
+  return count_lines(sc, needle) > 0;
 }
 
 } // namespace
@@ -359,8 +363,7 @@ TEST_CASE("registration: init goes to every rank only once all registered - "
   CHECK(s0->gen != 0);
   CHECK(s0->gen == s1->gen);
   REQUIRE(s0->log.size() == 1);
-  CHECK(s0->log[0] ==
-        "init g prefix " + std::to_string(s0->gen) + "/g store");
+  CHECK(s0->log[0] == "init g prefix " + std::to_string(s0->gen) + "/g store");
   CHECK(s1->log == s0->log);
   // Ready from rank 0 alone answers nobody.
   f.ready(m0, *s0, "g", 0);
@@ -410,23 +413,17 @@ TEST_CASE("registration: a conflicting world size or a taken rank is "
 TEST_CASE("registration: a rank that registers again once init went out is "
           "refused - no rank gets a second init") {
   fixture f;
-  auto s0 = std::make_shared<script>();
-  auto s1 = std::make_shared<script>();
-  auto m0 = f.member(s0, fixture::ms(0, 2));
-  f.member(s1, fixture::ms(1, 2));
-  f.run();
+  std::vector<caf::actor> actors;
+  auto scripts = f.registered_group(2, actors);
+  auto& s0 = scripts[0];
+  auto& s1 = scripts[1];
   REQUIRE(s0->log.size() == 1);
   REQUIRE(s1->log.size() == 1);
   // A repeated join of rank 0 while the group forms.
-  caf::anon_send(m0, col::join_atom::value, fixture::ms(0, 2));
+  caf::anon_send(actors[0], col::join_atom::value, fixture::ms(0, 2));
   f.run();
-  auto inits = [](const script& sc) {
-    return std::count_if(sc.log.begin(), sc.log.end(), [](const auto& line) {
-      return contains(line, "init g");
-    });
-  };
-  CHECK(inits(*s0) == 1);
-  CHECK(inits(*s1) == 1);
+  CHECK(count_lines(*s0, "init g") == 1);
+  CHECK(count_lines(*s1, "init g") == 1);
   REQUIRE(s0->log.size() == 3);
   CHECK(s0->log[1] == "join g");
   CHECK(contains(s0->log[2], "abort g: collective.duplicate_group"));
@@ -442,22 +439,15 @@ TEST_CASE("registration: a rank that registers again once init went out is "
 TEST_CASE("destroying a group makes the rendezvous store forget its "
           "formation's keys - and no other group's") {
   fixture f;
-  auto s0 = std::make_shared<script>();
-  auto s1 = std::make_shared<script>();
-  auto m0 = f.member(s0, fixture::ms(0, 2));
-  auto m1 = f.member(s1, fixture::ms(1, 2));
-  f.run();
-  f.ready(m0, *s0, "g", 0);
-  f.ready(m1, *s1, "g", 1);
-  f.run();
+  std::vector<caf::actor> actors;
+  auto s0 = f.formed_group(2, actors)[0];
   REQUIRE(s0->store);
   auto gen = std::to_string(s0->gen);
   auto own = gen + "/g/formation/current";
   // A generation whose number starts with this one's, and a group whose
   // name starts with "g/" and this generation (a name may hold '/').
   auto later = gen + "0/g/formation/current";
-  auto other =
-    std::to_string(s0->gen + 1) + "/g/" + gen + "/formation/current";
+  auto other = std::to_string(s0->gen + 1) + "/g/" + gen + "/formation/current";
   for (const auto& key : {own, later, other})
     caf::anon_send(s0->store, caf::put_atom::value, key,
                    std::vector<char>{'x'});

@@ -16,16 +16,11 @@ namespace caf_collective::detail {
 formation_watchdog::formation_watchdog(
   int rank, int world_size, std::chrono::steady_clock::time_point deadline,
   std::function<std::vector<char>()> own_addresses)
-  : rank_(rank), world_size_(world_size), deadline_(deadline),
+  : rank_(rank), world_size_(world_size),
     own_addresses_(std::move(own_addresses)) {
-  if (world_size_ < 2) return;
-  thread_ = std::thread{[this] {
-    std::unique_lock<std::mutex> guard{mtx_};
-    if (cv_.wait_until(guard, deadline_, [this] { return stopped_; })) return;
-    // Still under the lock: stop() waits until the pokes are done, so the
-    // formation sees either no poke or all of them.
-    fire();
-  }};
+  // The alarm's stop() returns only once fire() is over, so the formation
+  // sees either no poke or all of them.
+  if (world_size_ >= 2) alarm_.emplace(deadline, [this] { fire(); });
 }
 
 formation_watchdog::~formation_watchdog() {
@@ -33,16 +28,11 @@ formation_watchdog::~formation_watchdog() {
 }
 
 void formation_watchdog::stop() {
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    stopped_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (alarm_) alarm_->stop();
 }
 
 std::vector<int> formation_watchdog::late_peers() {
-  std::lock_guard<std::mutex> guard{mtx_};
+  stop();
   return late_;
 }
 
@@ -75,7 +65,6 @@ deadline_alarm::deadline_alarm(std::chrono::steady_clock::time_point deadline,
       std::unique_lock<std::mutex> guard{mtx_};
       if (cv_.wait_until(guard, deadline, [this] { return stopped_; })) return;
       // Under the lock: stop() returns only once the ring is over.
-      rang_ = true;
       ring();
     }} {
   // nop
@@ -92,11 +81,6 @@ void deadline_alarm::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-}
-
-bool deadline_alarm::rang() {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return rang_;
 }
 
 } // namespace caf_collective::detail

@@ -12,10 +12,39 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 namespace caf_collective::detail {
+
+/// Runs `ring` on a thread of its own at `deadline` unless stopped first.
+/// Serves the watchdog below, and Gloo's warm-up exchange after the
+/// connect phase: it waits with the connections' timeout, the group's,
+/// which can be far past the formation deadline, so a peer that stalls
+/// after connecting would hold the formation that long; the alarm aborts
+/// the backend at the deadline instead.
+class deadline_alarm {
+ public:
+  deadline_alarm(std::chrono::steady_clock::time_point deadline,
+                 std::function<void()> ring);
+
+  /// Stops the alarm (stop()).
+  ~deadline_alarm();
+
+  deadline_alarm(const deadline_alarm&) = delete;
+  deadline_alarm& operator=(const deadline_alarm&) = delete;
+
+  /// Returns once the alarm cannot ring any more (it rang already, or
+  /// never will).
+  void stop();
+
+ private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::thread thread_; // last: starts once the members above exist
+};
 
 class formation_watchdog {
  public:
@@ -36,7 +65,7 @@ class formation_watchdog {
   void stop();
 
   /// The peers whose connection to this rank was still not established at
-  /// the deadline; empty when the watchdog did not fire.
+  /// the deadline; empty when the watchdog did not fire. Stops it first.
   std::vector<int> late_peers();
 
  private:
@@ -44,44 +73,9 @@ class formation_watchdog {
 
   int rank_;
   int world_size_;
-  std::chrono::steady_clock::time_point deadline_;
   std::function<std::vector<char>()> own_addresses_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
-  std::vector<int> late_;
-  std::thread thread_;
-};
-
-/// Runs `ring` on a thread of its own at `deadline` unless stopped first.
-/// Gloo's warm-up exchange after the connect phase waits with the
-/// connections' timeout, the group's, which can be far past the formation
-/// deadline: a peer that stalls after connecting would hold the formation
-/// that long. The alarm aborts the backend at the deadline instead.
-class deadline_alarm {
- public:
-  deadline_alarm(std::chrono::steady_clock::time_point deadline,
-                 std::function<void()> ring);
-
-  /// Stops the alarm (stop()).
-  ~deadline_alarm();
-
-  deadline_alarm(const deadline_alarm&) = delete;
-  deadline_alarm& operator=(const deadline_alarm&) = delete;
-
-  /// Returns once the alarm cannot ring any more (it rang already, or
-  /// never will).
-  void stop();
-
-  /// Whether `ring` ran; meaningful after stop().
-  bool rang();
-
- private:
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
-  bool rang_ = false;
-  std::thread thread_; // last: starts once the members above exist
+  std::vector<int> late_; // written by fire(), read once the alarm stopped
+  std::optional<deadline_alarm> alarm_; // last: rings fire(); none for 1 rank
 };
 
 } // namespace caf_collective::detail
