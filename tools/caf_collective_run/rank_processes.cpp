@@ -58,20 +58,26 @@ void emit_lines(int rank, rank_output& stream, int to_fd, bool flush) {
   std::string prefix = "[rank " + std::to_string(rank) + "] ";
   std::string out;
   size_t start = 0;
+  // A line too long to hold goes out in parts of longest_held_line, also
+  // one whose end came in the same read as its last 64 KiB or more.
+  auto print_parts_until = [&](size_t end) {
+    while (end - start >= longest_held_line) {
+      out += prefix;
+      out.append(pending, start, longest_held_line);
+      out += '\n';
+      start += longest_held_line;
+    }
+  };
   for (;;) {
     auto nl = pending.find('\n', start);
     if (nl == std::string::npos) break;
+    // A complete line of exactly longest_held_line stays whole.
+    if (nl > start) print_parts_until(nl - 1);
     out += prefix;
     out.append(pending, start, nl - start + 1);
     start = nl + 1;
   }
-  // A line too long to hold goes out in parts of longest_held_line.
-  while (pending.size() - start >= longest_held_line) {
-    out += prefix;
-    out.append(pending, start, longest_held_line);
-    out += '\n';
-    start += longest_held_line;
-  }
+  print_parts_until(pending.size());
   pending.erase(0, start);
   if (!pending.empty() && flush) {
     out += prefix + pending + "\n";
