@@ -9,8 +9,8 @@
 // rank checks: the loss falls below a threshold, all ranks hold the same
 // weights, and they match a single-process run. Rank 0 prints the table.
 //
-// Usage: caf_collective_run -n 4 05_multi_process [--steps N] [--samples N]
-//          [--features N] [--lr X] [--plot loss.png]
+// Usage: caf_collective_run -n 4 example_05_multi_process [--steps N]
+//          [--samples N] [--features N] [--lr X] [--plot loss.png]
 // (the number of workers is the launcher's number of ranks)
 #include <algorithm>
 #include <cstdio>

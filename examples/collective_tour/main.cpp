@@ -145,7 +145,13 @@ bool member(int rank, const col::rendezvous_store_ptr& store) {
     [&] {
       auto sent =
         col::send_async(col::view_of(grads), (rank + 1) % world, "tour");
-      col::recv(col::view_of(inbox), (rank + world - 1) % world, "tour");
+      try {
+        col::recv(col::view_of(inbox), (rank + world - 1) % world, "tour");
+      } catch (...) {
+        // The send reads grads until it ends: wait before they can go.
+        (void) sent.wait();
+        throw;
+      }
       return !sent.wait() && inbox[5] == 10.0f;
     },
     ok);

@@ -26,11 +26,16 @@ struct op_report {
 
 using floats = std::vector<float>;
 
+// Puts every input; a failed put's ref stays invalid and, given `failure`,
+// the first failed put's error (out of memory, say) goes there.
 inline std::vector<object_ref> put_all(object_store& store,
-                                       const std::vector<floats>& xs) {
+                                       const std::vector<floats>& xs,
+                                       caf::error* failure = nullptr) {
   std::vector<object_ref> refs;
   for (auto& x : xs) {
     auto ref = store.put(tensor::from_vector(x));
+    if (!ref && failure != nullptr && !*failure)
+      *failure = std::move(ref.error());
     refs.push_back(ref ? *ref : object_ref{});
   }
   return refs;
@@ -83,8 +88,17 @@ run_every_op(caf::scoped_actor& self, const driver_actor& driver,
     op_report rep;
     rep.op = name;
     rep.bytes = ins.empty() ? 0 : ins[0].size() * sizeof(float);
-    auto refs = put_all(store, ins);
+    caf::error put_failure;
+    auto refs = put_all(store, ins, &put_failure);
     if (ins.empty()) refs.clear();
+    if (put_failure) {
+      // The inputs never reached the store: the op is not asked for.
+      rep.error = "putting the inputs failed: " + render(put_failure);
+      for (auto& ref : refs)
+        if (ref.valid()) store.release(ref);
+      reports.push_back(rep);
+      return;
+    }
     op_request req{group, op, refs, std::move(params)};
     auto t0 = std::chrono::steady_clock::now();
     auto res = run_op(self, driver, std::move(req), timeout);

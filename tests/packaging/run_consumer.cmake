@@ -7,8 +7,9 @@
 #               consumer with CMAKE_PREFIX_PATH=WORK_DIR/prefix.
 # subdirectory: the consumer with add_subdirectory(SOURCE_DIR), doctest
 #               disabled (it must not be needed with tests off).
-# Then builds the consumer and runs its two programs. WORK_DIR is emptied
-# first and removed on success (kept with -DKEEP=ON or on failure).
+# Then builds the consumer (a shared library among its targets) and runs its
+# two programs. WORK_DIR is emptied first and removed on success (kept with
+# -DKEEP=ON or on failure).
 cmake_minimum_required(VERSION 3.18)
 
 foreach(var MODE SOURCE_DIR BUILD_DIR CONSUMER_DIR WORK_DIR)
@@ -88,6 +89,24 @@ if(MODE STREQUAL "package")
                caf_collectiveTargets.cmake FindCAF.cmake)
     if(NOT EXISTS "${package_dir}/${file}")
       message(FATAL_ERROR "packaging test: ${package_dir}/${file} missing")
+    endif()
+  endforeach()
+  # No path of the build machine's dependencies in the exported targets: the
+  # config finds NCCL and DLPack on the consumer's machine.
+  file(READ "${package_dir}/caf_collectiveTargets.cmake" targets)
+  string(FIND "${targets}" "libnccl" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "packaging test: the installed "
+                        "caf_collectiveTargets.cmake links NCCL by its path "
+                        "on this machine")
+  endif()
+  string(REGEX MATCHALL "INTERFACE_INCLUDE_DIRECTORIES \"[^\"]*\"" dirs
+         "${targets}")
+  foreach(entry IN LISTS dirs)
+    if(entry MATCHES "(\"|;)/")
+      message(FATAL_ERROR "packaging test: the installed "
+                          "caf_collectiveTargets.cmake names an include "
+                          "directory of this machine: ${entry}")
     endif()
   endforeach()
   foreach(header config.hpp all.hpp api.hpp object_store.hpp driver.hpp)
