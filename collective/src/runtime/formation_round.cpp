@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "caf_collective/error.hpp"
@@ -21,8 +23,14 @@ using namespace std::chrono_literals;
 // Keys, all below the group's own prefix. The name of the current formation
 // is the only key written again by every formation; a join key is written
 // under a formation's name, an admission under a rank's token, so neither
-// can be mistaken for one of an earlier formation.
-const std::string current_key = "formation/current";
+// can be mistaken for one of an earlier formation. The current key names
+// the group too: groups given one store (init_options::store) must not read
+// each other's formation. The name's length keeps "a" + "/b" apart from
+// "a/" + "b".
+std::string current_key(const formation_seat& seat) {
+  return "formation/current/" + std::to_string(seat.group.size()) + ":" +
+         seat.group;
+}
 
 std::string prefix_of(const std::string& formation) {
   return "formation/" + formation;
@@ -82,6 +90,42 @@ std::string waiting_key(const std::string& formation) {
   return prefix_of(formation) + "/waiting";
 }
 
+// Set by rank 0 when it refuses the formation: the reason, for the ranks
+// waiting to be admitted.
+std::string refusal_key(const std::string& formation) {
+  return prefix_of(formation) + "/refused";
+}
+
+// The current key's value: the formation's name and rank 0's world size.
+// A join's value: the rank's token, or, from a rank whose world size
+// differs from rank 0's, this marker and its world size.
+const std::string other_size_marker = "world-size ";
+
+std::string current_value(const std::string& formation, int world_size) {
+  return formation + " " + std::to_string(world_size);
+}
+
+// "F W" -> {F, W}; W is 0 when missing or unreadable.
+std::pair<std::string, int> parse_current(const std::string& text) {
+  auto space = text.find(' ');
+  if (space == std::string::npos) return {text, 0};
+  int world_size = 0;
+  std::istringstream in{text.substr(space + 1)};
+  in >> world_size;
+  return {text.substr(0, space), world_size};
+}
+
+std::string sizes_differ(int rank, int size, int rank0_size) {
+  return "ranks disagree on its world size: rank " + std::to_string(rank) +
+         " was given " + std::to_string(size) + ", rank 0 " +
+         std::to_string(rank0_size);
+}
+
+caf::error refused(const formation_seat& seat, const std::string& why) {
+  return make_error(errc::invalid_argument, where_of(seat),
+                    "forming the group failed: " + why);
+}
+
 // Rank 0's list of ranks it still waits for: "2 5 7".
 std::string encode_ranks(const std::vector<int>& ranks) {
   std::string text;
@@ -105,8 +149,9 @@ std::vector<int> decode_ranks(const std::string& text) {
 caf::expected<std::string> lead(rendezvous_store& store,
                                 const formation_seat& seat) {
   auto formation = fresh_token();
-  if (auto err = store.set_within(current_key, bytes_of(formation),
-                                  time_left_rounded_up(seat.deadline)))
+  if (auto err = store.set_within(
+        current_key(seat), bytes_of(current_value(formation, seat.world_size)),
+        time_left_rounded_up(seat.deadline)))
     return store_failure(seat, err);
   std::vector<int> waiting;
   for (int rank = 1; rank < seat.world_size; ++rank)
@@ -128,7 +173,16 @@ caf::expected<std::string> lead(rendezvous_store& store,
         i == 0 ? std::min(slice, time_left_rounded_up(seat.deadline)) : 0ms;
       auto token = store.get(join_key(formation, waiting[i]), wait);
       if (token) {
-        tokens.push_back(text_of(*token));
+        auto text = text_of(*token);
+        if (text.rfind(other_size_marker, 0) == 0) {
+          // Every rank waiting to be admitted learns why it never will be.
+          auto why = sizes_differ(
+            waiting[i], std::atoi(text.c_str() + other_size_marker.size()),
+            seat.world_size);
+          (void)store.set(refusal_key(formation), bytes_of(why));
+          return refused(seat, why);
+        }
+        tokens.push_back(std::move(text));
         continue;
       }
       if (!timed_out(token.error())) return store_failure(seat, token.error());
@@ -175,19 +229,28 @@ caf::error not_admitted(rendezvous_store& store, const formation_seat& seat,
 caf::expected<std::string> follow(rendezvous_store& store,
                                   const formation_seat& seat) {
   auto token = fresh_token();
-  auto current = store.get(current_key, time_left_rounded_up(seat.deadline));
+  auto current =
+    store.get(current_key(seat), time_left_rounded_up(seat.deadline));
   if (!current) {
     if (!timed_out(current.error()))
       return store_failure(seat, current.error());
     return never_joined(seat, {0}, current.error());
   }
-  auto formation = text_of(*current);
+  auto [formation, rank0_size] = parse_current(text_of(*current));
   auto slice = milliseconds{2};
   for (;;) {
+    // A rank given another world size than rank 0 tells rank 0 (which
+    // tells the others) and fails.
+    bool differs = rank0_size != seat.world_size;
+    auto joined =
+      differs ? other_size_marker + std::to_string(seat.world_size) : token;
     if (auto err =
-          store.set_within(join_key(formation, seat.rank), bytes_of(token),
+          store.set_within(join_key(formation, seat.rank), bytes_of(joined),
                            time_left_rounded_up(seat.deadline)))
       return store_failure(seat, err);
+    if (differs)
+      return refused(seat,
+                     sizes_differ(seat.rank, seat.world_size, rank0_size));
     for (;;) {
       auto admitted =
         store.get(admission_key(token),
@@ -198,10 +261,14 @@ caf::expected<std::string> follow(rendezvous_store& store,
       if (clock_type::now() >= seat.deadline)
         return not_admitted(store, seat, formation, admitted.error());
       slice = std::min(2 * slice, milliseconds{100});
-      auto now_current = store.get(current_key, 0ms);
+      if (auto why = store.get(refusal_key(formation), 0ms))
+        return refused(seat, text_of(*why) + " (rank 0 refused the formation)");
+      auto now_current = store.get(current_key(seat), 0ms);
       if (!now_current) return store_failure(seat, now_current.error());
-      if (text_of(*now_current) != formation) {
-        formation = text_of(*now_current);
+      auto [now_formation, now_size] = parse_current(text_of(*now_current));
+      if (now_formation != formation) {
+        formation = now_formation;
+        rank0_size = now_size;
         break; // join again, under rank 0's new name
       }
     }
