@@ -321,6 +321,47 @@ TEST_CASE("bad arguments fail before any data moves and the group stays "
     expect_error(log, "alltoallv overlap", col::errc::invalid_argument,
                  {g, "alltoallv", "overlap"},
                  [&] { col::alltoallv(shifted_in, shifted_out, g, even); });
+    // Overlaps other than the in-place forms are refused: the same buffer
+    // (broadcast, reduce, allreduce), the rank's own block of the output
+    // (allgather, allgatherv, gather). (Before: accepted, and shm's
+    // allgather returned other ranks' blocks as success.)
+    auto area = test::make_tensor(f32, 12);
+    auto at = [&](size_t offset, size_t count) {
+      return area.view().slice(offset, count);
+    };
+    auto overlap_refused = [&](const std::string& op, auto&& call) {
+      expect_error(log, op + " overlap", col::errc::invalid_argument,
+                   {g, op, "overlap"}, call);
+    };
+    // A block of the output, but another rank's.
+    auto other_block = static_cast<size_t>((rank + 1) % 3) * 2;
+    overlap_refused("allgather",
+                    [&] { col::allgather(at(other_block, 2), at(0, 6), g); });
+    col::allgatherv_options twos;
+    twos.counts = {2, 2, 2};
+    overlap_refused("allgatherv", [&] {
+      col::allgatherv(at(other_block, 2), at(0, 6), g, twos);
+    });
+    overlap_refused("gather",
+                    [&] { col::gather(at(other_block, 2), at(0, 6), g); });
+    overlap_refused("allgather",
+                    [&] { col::allgather(at(1, 2), at(0, 6), g); });
+    // The in-place form runs: the input is the rank's own block.
+    std::vector<float> gathered(6, -1.0f);
+    gathered[size_t(rank) * 2] = gathered[size_t(rank) * 2 + 1] = float(rank);
+    col::allgather(col::view_of(gathered).slice(size_t(rank) * 2, 2),
+                   col::view_of(gathered), g);
+    for (size_t i = 0; i < 6; ++i)
+      log.expect(gathered[i] == float(i / 2),
+                 "in-place allgather element " + std::to_string(i));
+    overlap_refused("scatter", [&] { col::scatter(at(0, 6), at(4, 2), g); });
+    overlap_refused("reduce_scatter",
+                    [&] { col::reduce_scatter(at(0, 6), at(4, 2), g); });
+    overlap_refused("allreduce",
+                    [&] { col::allreduce(at(0, 6), at(1, 6), g); });
+    overlap_refused("broadcast",
+                    [&] { col::broadcast(at(0, 6), at(2, 6), g, {}); });
+    overlap_refused("reduce", [&] { col::reduce(at(0, 6), at(3, 6), g, {}); });
     // A negative per-op timeout.
     col::allreduce_options neg;
     neg.timeout = -5ms;

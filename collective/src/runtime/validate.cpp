@@ -1,5 +1,8 @@
 #include "runtime/validate.hpp"
 
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
 #include <optional>
 #include <string_view>
 
@@ -61,21 +64,49 @@ problem check_same_type(const call_site& at, const tensor_view& in,
   return {};
 }
 
-// alltoall(v) takes the same buffer as input and output (in place: each
-// backend works from a copy of the input), or two buffers apart. Buffers
-// that overlap otherwise would have blocks overwritten before they are
-// sent.
-problem check_apart_or_same(const call_site& at, const tensor_view& in,
-                            const tensor_view& out) {
-  if (in.nbytes() == 0 || out.nbytes() == 0 || in.data() == out.data())
-    return {};
+bool overlap(const tensor_view& in, const tensor_view& out) {
+  if (in.nbytes() == 0 || out.nbytes() == 0) return false;
   auto in_begin = reinterpret_cast<uintptr_t>(in.data());
   auto out_begin = reinterpret_cast<uintptr_t>(out.data());
-  if (in_begin < out_begin + out.nbytes() && out_begin < in_begin + in.nbytes())
-    return invalid(at, "input and output overlap but do not start at the "
-                       "same address: pass one buffer as both (in place) or "
-                       "two that do not overlap");
-  return {};
+  return in_begin < out_begin + out.nbytes() &&
+         out_begin < in_begin + in.nbytes();
+}
+
+// broadcast, reduce, allreduce and alltoall(v) take the same buffer as input
+// and output (in place: alltoall's backends work from a copy of the input),
+// or two buffers apart. Buffers that overlap otherwise would have elements
+// overwritten before they are sent or reduced.
+problem check_apart_or_same(const call_site& at, const tensor_view& in,
+                            const tensor_view& out) {
+  if (in.data() == out.data() || !overlap(in, out)) return {};
+  return invalid(at, "input and output overlap but do not start at the "
+                     "same address: pass one buffer as both (in place) or "
+                     "two that do not overlap");
+}
+
+// Ops whose input and output differ in size: shm peers read a rank's input
+// while it writes its output, so an input elsewhere inside the output came
+// back as other ranks' blocks (wrong data, reported as success). allgather,
+// allgatherv and gather take an input that is exactly the rank's own block
+// of the output (MPI's in-place form: the rank copies nothing);
+// `own_block` is that block's byte offset, or no_block for the ops
+// without that form (scatter, reduce_scatter).
+constexpr size_t no_block = SIZE_MAX;
+
+problem check_apart(const call_site& at, const tensor_view& in,
+                    const tensor_view& out, size_t own_block = no_block) {
+  if (!overlap(in, out)) return {};
+  if (own_block != no_block &&
+      in.data() == static_cast<const std::byte*>(out.data()) + own_block &&
+      own_block + in.nbytes() <= out.nbytes())
+    return {};
+  return invalid(at, own_block == no_block
+                       ? "input and output overlap: this op has no in-place "
+                         "form, pass two buffers that do not overlap"
+                       : "input and output overlap, and the input is not "
+                         "this rank's own block of the output: pass that "
+                         "block (in place) or two buffers that do not "
+                         "overlap");
 }
 
 problem check_rank(const call_site& at, const char* what, int value) {
@@ -242,7 +273,8 @@ caf::error check_broadcast(const call_site& at, const tensor_view& in,
   if (at.rank != opts.root && in.numel() == 0) return {};
   return settle(
     first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
-             check_count(at, "output", out, in.numel(), "same as the input")));
+             check_count(at, "output", out, in.numel(), "same as the input"),
+             check_apart_or_same(at, in, out)));
 }
 
 caf::error check_reduce(const call_site& at, const tensor_view& in,
@@ -257,7 +289,8 @@ caf::error check_reduce(const call_site& at, const tensor_view& in,
   if (at.rank != opts.root && out.numel() == 0) return {};
   return settle(
     first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
-             check_count(at, "output", out, in.numel(), "same as the input")));
+             check_count(at, "output", out, in.numel(), "same as the input"),
+             check_apart_or_same(at, in, out)));
 }
 
 caf::error check_allreduce(const call_site& at, const tensor_view& in,
@@ -270,7 +303,8 @@ caf::error check_allreduce(const call_site& at, const tensor_view& in,
   return settle(first_of(
     check_buffer(at, "input", in), check_buffer(at, "output", out),
     check_same_type(at, in, out), check_reduce_op(at, opts.op, in.type()),
-    check_count(at, "output", out, in.numel(), "same as the input")));
+    check_count(at, "output", out, in.numel(), "same as the input"),
+    check_apart_or_same(at, in, out)));
 }
 
 caf::error check_allgather(const call_site& at, const tensor_view& in,
@@ -279,7 +313,8 @@ caf::error check_allgather(const call_site& at, const tensor_view& in,
     first_of(check_buffer(at, "input", in), check_buffer(at, "output", out),
              check_same_type(at, in, out), check_scalable(at, "input", in),
              check_count(at, "output", out, in.numel() * at.world_size,
-                         "input elements x world size")));
+                         "input elements x world size"),
+             check_apart(at, in, out, size_t(at.rank) * in.nbytes())));
 }
 
 caf::error check_allgatherv(const call_site& at, const tensor_view& in,
@@ -293,9 +328,13 @@ caf::error check_allgatherv(const call_site& at, const tensor_view& in,
     return std::move(*err);
   if (auto err = checked_sum(at, "counts", opts.counts, in.type(), total))
     return std::move(*err);
-  return settle(
-    first_of(check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
-             check_count(at, "output", out, total, "sum of counts")));
+  return settle(first_of(
+    check_count(at, "input", in, opts.counts[at.rank], "counts[rank]"),
+    check_count(at, "output", out, total, "sum of counts"),
+    check_apart(at, in, out,
+                std::accumulate(opts.counts.begin(),
+                                opts.counts.begin() + at.rank, size_t{0}) *
+                  size_of(in.type()))));
 }
 
 caf::error check_gather(const call_site& at, const tensor_view& in,
@@ -310,7 +349,8 @@ caf::error check_gather(const call_site& at, const tensor_view& in,
   return settle(
     first_of(check_buffer(at, "output", out), check_same_type(at, in, out),
              check_count(at, "output", out, in.numel() * at.world_size,
-                         "input elements x world size")));
+                         "input elements x world size"),
+             check_apart(at, in, out, size_t(at.rank) * in.nbytes())));
 }
 
 caf::error check_scatter(const call_site& at, const tensor_view& in,
@@ -325,7 +365,8 @@ caf::error check_scatter(const call_site& at, const tensor_view& in,
   return settle(
     first_of(check_buffer(at, "input", in), check_same_type(at, in, out),
              check_count(at, "input", in, out.numel() * at.world_size,
-                         "output elements x world size")));
+                         "output elements x world size"),
+             check_apart(at, in, out)));
 }
 
 caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
@@ -339,8 +380,10 @@ caf::error check_reduce_scatter(const call_site& at, const tensor_view& in,
     return invalid(at, "input has " + describe(in) +
                          ", not divisible by world size " +
                          std::to_string(at.world_size));
-  return settle(check_count(at, "output", out, in.numel() / at.world_size,
-                            "input elements / world size"));
+  return settle(
+    first_of(check_count(at, "output", out, in.numel() / at.world_size,
+                         "input elements / world size"),
+             check_apart(at, in, out)));
 }
 
 caf::error check_alltoall(const call_site& at, const tensor_view& in,
