@@ -16,6 +16,8 @@
 //             peer_lost (or argument 6, e.g. "timeout"; argument 7: the
 //             recv's timeout in ms); destroys the group (which marks it
 //             aborted) and exits
+//   unformed  its formation must fail within argument 6 (ms), with a message
+//             that holds argument 7 if given
 //   witness   joins, runs an allreduce that must fail with peer_lost naming
 //             the last rank as the one rank that died (argument 6: the op
 //             timeout in ms; argument 7: the text expected instead), then
@@ -148,13 +150,19 @@ int main(int argc, char** argv) {
   std::string dir = argv[4];
   std::string g = argv[5];
   try {
-    if (mode == "unformed" && argc == 7) {
+    if (mode == "unformed" && (argc == 7 || argc == 8)) {
       // Its formation must fail (a peer never comes, another dies) within
-      // the given timeout.
+      // the given timeout, saying argument 7 if given.
       try {
         col::init_collective_group(world, my_rank, "shm", g,
                                    options(dir + "/" + g, std::atoi(argv[6])));
       } catch (const col::collective_error& ex) {
+        if (argc == 8 &&
+            std::string{ex.what()}.find(argv[7]) == std::string::npos) {
+          std::fprintf(stderr, "rank %d: formation failed without '%s': %s\n",
+                       my_rank, argv[7], ex.what());
+          return 1;
+        }
         std::printf("rank %d: formation failed as expected: %s\n", my_rank,
                     ex.what());
         return 0;

@@ -4,6 +4,7 @@
 // ranks that disagree), host checks, and nothing left in /dev/shm.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <latch>
 #include <thread>
@@ -389,6 +390,34 @@ TEST_CASE("shm: ranks on another host are refused by name at formation") {
                     });
   elsewhere.join();
   CHECK(published);
+}
+
+TEST_CASE("shm: ranks in other PID namespaces are refused at formation as "
+          "on another host") {
+  // Containers sharing /dev/shm, the boot id and the hostname may each run
+  // a rank as pid 1. Before: both ranks took themselves for one process
+  // and read each other's addresses (SIGSEGV).
+  if (std::system("unshare -Urpf --mount-proc true > /dev/null 2>&1") != 0) {
+    MESSAGE("skipped: this machine gives no user and PID namespaces");
+    return;
+  }
+  test::temp_dir dir;
+  const std::string group = "pid-namespaces";
+  std::vector<std::string> expected{"10000", "every rank on one host"};
+  auto here = spawn("unformed", 2, 0, dir, group, expected);
+  std::vector<std::string> args{"-Urpf",
+                                "--mount-proc",
+                                CAF_COLLECTIVE_SHM_RANK_PROCESS,
+                                "unformed",
+                                "2",
+                                "1",
+                                dir.path.string(),
+                                group};
+  args.insert(args.end(), expected.begin(), expected.end());
+  auto contained = test::spawn_process("/usr/bin/unshare", args);
+  CHECK(test::wait_process(here, std::chrono::seconds{60}) == 0);
+  CHECK(test::wait_process(contained, std::chrono::seconds{60}) == 0);
+  CHECK(test::shm_leftovers(group).empty());
 }
 
 TEST_CASE("auto picks shm when every rank runs on this host") {

@@ -405,6 +405,48 @@ TEST_CASE("shm starts: a rank whose started op timed out tells the peers "
   test::check_ranks(results);
 }
 
+TEST_CASE("shm starts: a rank that comes after its peers' started ops timed "
+          "out fails that op and the next at once - it does not complete "
+          "what they reported as timed out") {
+  // Before: the watchdog ended the started ops without telling anyone; the
+  // late rank's allreduce returned success with the peers' inputs, and its
+  // next op waited for its whole deadline.
+  auto store = col::make_in_process_store();
+  std::latch timed_out{3};
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    col::init_collective_group(3, rank, "shm", "starts-late",
+                               test::group_options(store, 20s));
+    auto g = col::get_group("starts-late");
+    std::vector<float> x(8, 1.0f);
+    if (rank != 2) {
+      col::allreduce_options opts;
+      opts.timeout = 300ms;
+      auto err =
+        outcome(log, g->allreduce(col::view_of(x), col::view_of(x), opts), 10s);
+      log.expect(col::code_of(err) == col::errc::timeout,
+                 "started op: " + col::render(err));
+    }
+    timed_out.arrive_and_wait();
+    if (rank == 2) {
+      for (int op = 0; op < 2; ++op) {
+        auto start = clock_type::now();
+        auto err =
+          blocking([&] { col::allreduce(col::view_of(x), "starts-late"); });
+        auto elapsed = clock_type::now() - start;
+        log.expect(err && col::render(err).find("left the group (timeout)") !=
+                            std::string::npos,
+                   "op " + std::to_string(op) +
+                     " of the rank that came late: " +
+                     (err ? col::render(err) : std::string{"success"}));
+        log.expect(elapsed < 5s, "it took " + std::to_string(elapsed / 1ms) +
+                                   " ms (group timeout 20 s)");
+      }
+    }
+    col::destroy_collective_group("starts-late");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("shm starts: abort from another rank ends the ops of every rank "
           "that did not wait at once") {
   std::latch started{3};
@@ -503,20 +545,20 @@ TEST_CASE("shm starts: a rank that aborts while a peer's arrival finishes "
   }
 }
 
-TEST_CASE("shm starts: an abort that lands after can_start and before the "
-          "op is published still ends that op, as aborted") {
-  // The abort's own sweep (fail_all) cannot see an op that is not yet
-  // published: arrive() must notice the abort itself. The hook puts the
-  // abort exactly there; rank 1 takes no part, so nobody else could end
-  // rank 0's op before its 30 s deadline.
-  namespace shm = col::detail::shm;
+namespace {
+
+namespace shm = col::detail::shm;
+
+// Two shm backends of one group, formed on threads of this process.
+std::array<std::unique_ptr<col::backend>, 2>
+form_pair(const std::string& name) {
   auto store = col::make_in_process_store();
   std::array<std::unique_ptr<col::backend>, 2> backends;
   std::array<std::thread, 2> forming;
   for (int rank = 0; rank < 2; ++rank)
     forming[size_t(rank)] = std::thread{[&, rank] {
       col::group_config cfg;
-      cfg.name = "starts-window";
+      cfg.name = name;
       cfg.world_size = 2;
       cfg.rank = rank;
       cfg.backend = "shm";
@@ -527,10 +569,18 @@ TEST_CASE("shm starts: an abort that lands after can_start and before the "
     }};
   for (auto& t : forming)
     t.join();
-  REQUIRE(backends[0]);
-  REQUIRE(backends[1]);
-  shm::arrival_test_hook = [](shm::shm_backend& be) {
-    be.abort("aborted inside the window");
+  return backends;
+}
+
+// The backend the window hook aborts (the hook is a plain function).
+col::backend* window_victim = nullptr;
+
+// Starts rank 0's allreduce of `backends` with the hook aborting
+// `window_victim` between can_start and the publication; its outcome.
+caf::error
+start_through_window(std::array<std::unique_ptr<col::backend>, 2>& backends) {
+  shm::arrival_test_hook = [](shm::shm_backend&) {
+    window_victim->abort("aborted inside the window");
   };
   std::vector<float> x(8, 1.0f);
   // Shared: a late completion (the bug this test catches) must not touch a
@@ -546,9 +596,38 @@ TEST_CASE("shm starts: an abort that lands after can_start and before the "
   REQUIRE(started);
   auto result = outcome->get_future();
   REQUIRE(result.wait_for(5s) == std::future_status::ready);
-  auto err = result.get();
+  return result.get();
+}
+
+} // namespace
+
+TEST_CASE("shm starts: an abort that lands after can_start and before the "
+          "op is published still ends that op, as aborted") {
+  // The abort's own sweep (fail_all) cannot see an op that is not yet
+  // published: arrive() must notice the abort itself. The hook puts the
+  // abort exactly there; rank 1 takes no part, so nobody else could end
+  // rank 0's op before its 30 s deadline.
+  auto backends = form_pair("starts-window");
+  REQUIRE(backends[0]);
+  REQUIRE(backends[1]);
+  window_victim = backends[0].get();
+  auto err = start_through_window(backends);
   CHECK(col::code_of(err) == col::errc::aborted);
   CHECK(col::render(err).find("aborted inside the window") !=
+        std::string::npos);
+}
+
+TEST_CASE("shm starts: a peer's abort that lands after can_start and before "
+          "the op is published ends that op at once, naming the peer") {
+  // Before: arrive() looked only at its own backend's abort, and the op
+  // waited for its 30 s deadline.
+  auto backends = form_pair("starts-peer-window");
+  REQUIRE(backends[0]);
+  REQUIRE(backends[1]);
+  window_victim = backends[1].get();
+  auto err = start_through_window(backends);
+  CHECK(col::code_of(err) == col::errc::peer_lost);
+  CHECK(col::render(err).find("rank 1 left the group (aborted)") !=
         std::string::npos);
 }
 

@@ -2,11 +2,18 @@
 // claims, and the watchdog thread that ends them at their deadline.
 #include "backends/shm/shm_arrivals.hpp"
 
+#include <climits>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backends/shm/shm_segment.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -89,8 +96,38 @@ std::string not_arrived_text(milliseconds timeout,
 arrival_hub::arrival_hub(std::string group, int world_size)
   : group_(std::move(group)), world_size_(world_size),
     arrivals_(new arrival[size_t(world_size)]),
-    arrived_(new arrived_epoch[size_t(world_size)]) {
+    arrived_(new arrived_epoch[size_t(world_size)]),
+    headers_(size_t(world_size), nullptr) {
   // nop
+}
+
+void arrival_hub::attach_header(int r, segment_header* header) {
+  std::lock_guard<std::mutex> guard{headers_mtx_};
+  headers_[size_t(r)] = header;
+}
+
+void arrival_hub::detach_header(int r) {
+  std::lock_guard<std::mutex> guard{headers_mtx_};
+  headers_[size_t(r)] = nullptr;
+}
+
+void arrival_hub::mark_timed_out(int r) {
+  std::lock_guard<std::mutex> guard{headers_mtx_};
+  for (auto* h : headers_) {
+    if (h == nullptr) continue;
+    uint64_t none = 0;
+    h->abort_mark.compare_exchange_strong(
+      none, make_abort_mark(r, static_cast<uint32_t>(errc::timeout)),
+      std::memory_order_seq_cst);
+    // As shm_backend::ring: the waiters' fence pairs with this one.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (h->sleepers.load(std::memory_order_relaxed) > 0) {
+      h->bell.fetch_add(1, std::memory_order_relaxed);
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE,
+              INT_MAX, nullptr, nullptr, 0);
+    }
+    return; // one mapping of the one segment is enough
+  }
 }
 
 std::shared_ptr<arrival_hub> arrival_hub::of(const std::string& segment_name,
@@ -158,13 +195,26 @@ void arrival_hub::expire(clock::time_point now) {
     auto& a = at(r);
     auto v = a.waiting_for.load(std::memory_order_acquire);
     if (v == 0 || (v & claimed) != 0 ||
-        a.deadline.load(std::memory_order_relaxed) > ticks || !claim(r, v))
+        a.deadline.load(std::memory_order_relaxed) > ticks)
       continue;
     std::vector<int> missing;
     for (int q = 0; q < world_size_; ++q)
       if (arrived(q).load(std::memory_order_acquire) < v) missing.push_back(q);
+    // Everyone arrived: the last arrival finishes the op, in time or not.
+    if (missing.empty() || !claim(r, v)) continue;
     a.timed_out.store(true, std::memory_order_release);
-    fail(r, errc::timeout, not_arrived_text(a.timeout, missing));
+    // The mark before the owner learns of its timeout: a peer that steps
+    // after it fails. (One whose step completed in the instant between the
+    // claim and the mark may still succeed.)
+    mark_timed_out(r);
+    auto text = not_arrived_text(a.timeout, missing);
+    fail(r, errc::timeout, text);
+    // The peers' ops of that step started without waiting cannot complete
+    // either: they end now, as theirs.
+    for (int q = 0; q < world_size_; ++q)
+      if (q != r && claim(q, v))
+        fail(q, errc::timeout,
+             "rank " + std::to_string(r) + " gave up at its deadline: " + text);
   }
 }
 

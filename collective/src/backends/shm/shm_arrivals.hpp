@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@
 #include "caf_collective/error.hpp"
 
 namespace caf_collective::detail::shm {
+
+struct segment_header;
 
 /// The text of a timeout, whether the op's rank waited or not: "not
 /// finished within T ms: ranks [...] did not arrive (...)".
@@ -98,8 +101,16 @@ class arrival_hub {
   /// calls abort.
   void fail_all(int own, int by, errc cause);
 
-  /// Ends ops whose deadline passed with `timeout` (the watchdog).
+  /// Ends ops whose deadline passed with `timeout` (the watchdog), and
+  /// marks the group aborted by their rank in the segment, as a rank that
+  /// timed out waiting does: a peer that comes later must fail rather than
+  /// complete the op its peer reported as timed out.
   void expire(clock::time_point now);
+
+  /// Rank `r`'s mapping of the group's segment header, which the watchdog
+  /// marks through; set from formation until the rank's backend goes.
+  void attach_header(int r, segment_header* header);
+  void detach_header(int r);
 
   /// True for exactly one caller per epoch: it finishes that epoch's ops.
   bool win(uint64_t target) noexcept;
@@ -130,6 +141,13 @@ class arrival_hub {
   };
   std::unique_ptr<arrived_epoch[]> arrived_;
   std::atomic<uint64_t> won_epoch_{0};
+  // By rank; null once that rank's backend (and its mapping) is gone.
+  std::mutex headers_mtx_;
+  std::vector<segment_header*> headers_;
+
+  /// Marks the group aborted by rank `r` (timeout) through any live
+  /// mapping, unless a rank marked it first, and wakes the sleepers.
+  void mark_timed_out(int r);
 };
 
 } // namespace caf_collective::detail::shm

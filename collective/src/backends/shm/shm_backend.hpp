@@ -542,6 +542,11 @@ class shm_backend : public backend {
   // Taken by the first abort(): the op's own failure (leave_after, on the
   // lane) and group::abort (another thread) may abort at once.
   std::atomic<bool> abort_begun_{false};
+  // Set by the first abort() once the segment's abort mark is there: a
+  // second abort() returns only then, so that its caller (an op that
+  // failed, which frees its buffers next) never returns while a peer can
+  // still start reading them without seeing the mark.
+  std::atomic<bool> abort_published_{false};
   // Why an op of this rank failed (timeout, peer_lost), else aborted: what
   // abort() tells the peers.
   std::atomic<errc> failed_code_{errc::aborted};

@@ -69,9 +69,18 @@ std::string host_identity() {
   std::getline(in, boot_id);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
+  // Processes of one PID namespace see each other's pids: the one-process
+  // test (equal pids), the death checks (pidfd_open, kill) and
+  // process_vm_readv rely on that. Containers that share /dev/shm, the
+  // boot id and the hostname (--ipc=host --network=host, a pod's
+  // containers) may each run a rank as pid 1.
+  char pid_namespace[64] = {};
+  auto n =
+    readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
+  if (n < 0) pid_namespace[0] = '\0';
   // The boot id tells apart machines (and containers of other kernels) that
   // share a hostname; the hostname tells apart containers of one kernel.
-  return boot_id + "/" + host;
+  return boot_id + "/" + host + "/" + pid_namespace;
 }
 
 shm_backend::shm_backend(const group_config& cfg, segment seg)
@@ -87,7 +96,9 @@ shm_backend::shm_backend(const group_config& cfg, segment seg)
 
 shm_backend::~shm_backend() {
   // Peers are never waiting for this rank once the group is done with its
-  // ops: nothing to tell them. A broken group was aborted already.
+  // ops: nothing to tell them. A broken group was aborted already. The
+  // watchdog marks through another rank's mapping from now on.
+  if (hub_) hub_->detach_header(rank_);
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
 }

@@ -46,6 +46,14 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
       hub_->fail(rank_, errc::aborted, "backend aborted: " + abort_reason_);
     return true;
   }
+  if (seg_.header().abort_mark.load(std::memory_order_seq_cst) != 0) {
+    // A peer aborted since can_start: its fail_all could not see this op,
+    // and no finisher may come. End it as fail_all would have.
+    auto mark = first_aborter();
+    if (hub_->claim(rank_, target))
+      hub_->fail_aborted(rank_, mark.rank, mark.rank, mark.code);
+    return true;
+  }
   for (int r = 0; r < world_size_; ++r)
     if (!seg_.control(r).reached(target, std::memory_order_seq_cst))
       return true; // a later arrival finishes it

@@ -235,9 +235,13 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
     if (now >= give_up) {
       auto missing = laggards();
       failed_code_.store(errc::timeout);
-      return make_error(
-        errc::timeout, context(op, call),
-        not_arrived_text(call ? call->timeout : milliseconds{0}, missing));
+      // No call: a step of the formation, bound by its deadline.
+      return make_error(errc::timeout, context(op, call),
+                        call ? not_arrived_text(call->timeout, missing)
+                             : "ranks " + list_ranks(missing) +
+                                 " did not reach this step of the formation "
+                                 "by its deadline (not started, stopped or "
+                                 "too slow)");
     }
     auto slice = std::min<clock::duration>(give_up - now, sleep_slice);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice);
@@ -247,7 +251,9 @@ caf::error shm_backend::wait_until(function_ref<bool()> ready,
 #ifndef CAF_COLLECTIVE_SHM_TSAN
     std::atomic_thread_fence(std::memory_order_seq_cst); // see ring()
 #endif
-    if (!ready()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
+    // An abort rings after its mark: one that came since the look above
+    // found nobody asleep, so look for its mark too, or sleep a slice.
+    if (!ready() && !aborted_anywhere()) futex(&h.bell, FUTEX_WAIT, bell, &ts);
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
@@ -420,7 +426,13 @@ caf::error shm_backend::leave_after(caf::error err) {
 }
 
 void shm_backend::abort(std::string_view why) {
-  if (abort_begun_.exchange(true, std::memory_order_acq_rel)) return;
+  if (abort_begun_.exchange(true, std::memory_order_acq_rel)) {
+    // The first abort sets aborted_ before the mark: an op that saw the
+    // flag and aborts too waits for the mark (a few instructions away).
+    while (!abort_published_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    return;
+  }
   abort_reason_ = std::string{why};
   // Before the segment's mark: a finisher that sees the mark ends this
   // rank's started op with this reason.
@@ -444,6 +456,7 @@ void shm_backend::abort(std::string_view why) {
   h.abort_mark.compare_exchange_strong(
     none, make_abort_mark(rank_, static_cast<uint32_t>(failed_code_.load())),
     std::memory_order_seq_cst);
+  abort_published_.store(true, std::memory_order_release);
   ring();
   if (hub_) {
     // Ops started without blocking have nobody waiting to see the mark:
@@ -513,6 +526,7 @@ caf::error shm_backend::finish_formation_steps(const std::string& segment_name,
                         [&](int32_t pid) { return pid == pids_[0]; });
   if (direct_) {
     hub_ = arrival_hub::of(segment_name, group_name_, world_size_);
+    hub_->attach_header(rank_, &seg_.header());
     served_.resize(seg_.small_bytes());
   }
   if (!direct_)
