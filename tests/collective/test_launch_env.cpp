@@ -9,6 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <caf/expected.hpp>
 
 #include <caf_collective/all.hpp>
@@ -153,6 +159,94 @@ TEST_CASE("our own variables win over a launcher's") {
   CHECK(info.store.directory == "/tmp/somewhere");
 }
 
+TEST_CASE("RANK and WORLD_SIZE left in the environment do not silently "
+          "override mpirun's or srun's rank") {
+  // Before: every process of `RANK=0 WORLD_SIZE=1 mpirun -n 3` read rank 0
+  // of 1 and formed a group of its own.
+  auto err = read_error({{"RANK", "0"},
+                         {"WORLD_SIZE", "1"},
+                         {"OMPI_COMM_WORLD_RANK", "2"},
+                         {"OMPI_COMM_WORLD_SIZE", "4"}});
+  CHECK(contains(err, "RANK=0 and WORLD_SIZE=1"));
+  CHECK(contains(err, "OMPI_COMM_WORLD_RANK=2 and OMPI_COMM_WORLD_SIZE=4 "
+                      "(mpirun)"));
+  CHECK(contains(read_error({{"RANK", "1"},
+                             {"WORLD_SIZE", "4"},
+                             {"SLURM_PROCID", "3"},
+                             {"SLURM_NTASKS", "4"}}),
+                 "SLURM_PROCID=3 and SLURM_NTASKS=4 (srun)"));
+  // Agreeing values (a wrapper that sets RANK=$SLURM_PROCID) are fine.
+  auto same = read_ok({{"RANK", "3"},
+                       {"WORLD_SIZE", "4"},
+                       {"SLURM_PROCID", "3"},
+                       {"SLURM_NTASKS", "4"},
+                       {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(same.rank == 3);
+  // torchrun inside srun (one agent per node): torchrun's workers are
+  // marked, and their RANK is the one that counts.
+  auto nested = read_ok({{"RANK", "5"},
+                         {"WORLD_SIZE", "8"},
+                         {"LOCAL_WORLD_SIZE", "4"},
+                         {"TORCHELASTIC_RUN_ID", "job"},
+                         {"SLURM_PROCID", "1"},
+                         {"SLURM_NTASKS", "2"},
+                         {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(nested.launcher == "torchrun");
+  CHECK(nested.rank == 5);
+  CHECK(nested.world_size == 8);
+}
+
+TEST_CASE("rank 0 serves the store from the environment on every interface "
+          "when its address is not a loopback one") {
+  // MASTER_ADDR is often a host name that resolves to 127.0.1.1 (Debian's
+  // /etc/hosts) on its own machine: a server bound to what it resolves to
+  // there shut out the other hosts. Here: an address of this machine other
+  // than loopback, and a client that comes through 127.0.0.1.
+  std::string address;
+  ifaddrs* list = nullptr;
+  REQUIRE(getifaddrs(&list) == 0);
+  for (auto* i = list; i != nullptr && address.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    if (std::string{text}.rfind("127.", 0) != 0) address = text;
+  }
+  freeifaddrs(list);
+  if (address.empty()) {
+    MESSAGE("skipped: this machine has no IPv4 address but loopback");
+    return;
+  }
+  // A port free on every interface (taken back at once).
+  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&any), sizeof(any)) == 0);
+  socklen_t len = sizeof(any);
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&any), &len);
+  ::close(probe);
+  col::store_address addr;
+  addr.kind = col::store_address::kind_t::tcp;
+  addr.host = address;
+  addr.port = ntohs(any.sin_port);
+  addr.secret = "s";
+  addr.run_id = "interfaces";
+  addr.origin = "the test";
+  auto served = col::open_store(addr, 0, 5s);
+  REQUIRE(served);
+  col::tcp_store_options through_loopback;
+  through_loopback.host = "127.0.0.1";
+  through_loopback.port = addr.port;
+  through_loopback.secret = "s";
+  through_loopback.run_id = "interfaces";
+  through_loopback.connect_timeout = 3s;
+  auto client = col::make_tcp_store(through_loopback);
+  CHECK_FALSE(client->set("k", {'v'}));
+  auto got = (*served)->get("k", 3s);
+  REQUIRE(got);
+  CHECK(*got == std::vector<char>{'v'});
+}
+
 TEST_CASE("a missing or malformed variable is named in the error") {
   CHECK(contains(read_error({}), "no launcher told this process its rank"));
   CHECK(contains(read_error({{"RANK", "0"}}),
@@ -211,6 +305,18 @@ TEST_CASE("without a secret or address, one host's mpirun job derives both "
   // Ranks on several hosts cannot: they need an address.
   env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
   CHECK(contains(read_error(env), "has no rendezvous address"));
+  // Open MPI 5 sets no OMPI_MCA_ess_base_jobid: its PMIx namespace names the
+  // job (before: "has no rendezvous address").
+  vars five{{"OMPI_COMM_WORLD_RANK", "1"},
+            {"OMPI_COMM_WORLD_SIZE", "4"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+            {"PMIX_NAMESPACE", "prterun-vm-1234@1"}};
+  auto b = read_ok(five);
+  CHECK(b.store.kind == col::store_address::kind_t::tcp);
+  CHECK(b.store.host == "127.0.0.1");
+  CHECK(b.store.secret == "job:pmix:prterun-vm-1234@1");
+  five["OMPI_COMM_WORLD_RANK"] = "0";
+  CHECK(read_ok(five).store.port == b.store.port);
 }
 
 TEST_CASE("one rank needs no rendezvous address") {

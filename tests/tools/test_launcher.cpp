@@ -154,6 +154,23 @@ TEST_CASE("ranks die with a launcher that was killed") {
   }
 }
 
+TEST_CASE("a process a rank left behind ends with the launch") {
+  // Before: a rank's background child lived on after the launcher exited.
+  test::temp_dir dir;
+  auto pid_file = (dir.path / "pid.0").string();
+  auto pid = start_launcher(
+    dir, {"-n", "1", "/bin/sh", "-c",
+          "sleep 300 > /dev/null 2>&1 & echo $! > " + pid_file + "; exit 0"});
+  auto left = rank_pids(dir, 1);
+  CHECK(test::wait_process(pid, 30s) == 0);
+  bool died = false;
+  for (int i = 0; i < 500 && !died; ++i, std::this_thread::sleep_for(10ms))
+    died = dead(left[0]);
+  CHECK(died);
+  if (!died) ::kill(left[0], SIGKILL);
+  CHECK(contains(read_file(dir.path / "stderr"), "left processes behind"));
+}
+
 TEST_CASE("a rank that reads its standard input reads end of input - it "
           "never waits on the launcher's") {
   test::temp_dir dir;

@@ -359,6 +359,16 @@ int supervise(std::vector<rank_process>& ranks,
       ::close(r.err.fd);
     }
   }
+  // What a rank left behind in its process group (a program it started in
+  // the background, a wrapper script's child) ends with the launch, as
+  // under mpirun: nothing of the run lives on unnoticed. The group outlives
+  // its leader while any member is left, so its id is still theirs.
+  for (auto& r : ranks)
+    if (::kill(-r.pid, 0) == 0) {
+      note("rank " + std::to_string(r.rank) +
+           " left processes behind; stopping them (SIGKILL)");
+      ::kill(-r.pid, SIGKILL);
+    }
   if (first_failed >= 0) return ranks[first_failed].status;
   if (stop_signal != 0) return 128 + stop_signal;
   return 0;

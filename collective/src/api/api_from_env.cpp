@@ -12,6 +12,21 @@ namespace caf_collective {
 
 namespace {
 
+bool loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Where rank 0's server listens for the store's address `host`: that
+// address when it is a loopback one (one host), else every interface. A
+// host name may resolve to 127.0.1.1 on its own machine (Debian's
+// /etc/hosts) while the other hosts reach it at another address, and
+// binding what it resolves to locally would shut them out. Clients still
+// connect to `host`.
+std::string listen_host(const std::string& host) {
+  if (loopback(host)) return host;
+  return host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+}
+
 // Servers this process runs, by address: one per address however many
 // groups are formed over it, alive until the process exits (members of a
 // later group may still need them).
@@ -23,7 +38,8 @@ caf::error serve_once(const store_address& addr) {
   std::lock_guard<std::mutex> guard{mtx};
   auto& slot = servers[{addr.host, addr.port}];
   if (slot) return {};
-  auto started = tcp_store_server::start(addr.host, addr.port, addr.secret);
+  auto started =
+    tcp_store_server::start(listen_host(addr.host), addr.port, addr.secret);
   if (!started)
     return make_error(code_of(started.error()),
                       "rank 0 serves the TCP store (from " + addr.origin +

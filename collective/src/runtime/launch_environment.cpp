@@ -37,8 +37,10 @@ constexpr std::array<launcher_vars, 5> launchers{{
   {"mpiexec", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
 }};
 
+constexpr size_t torchrun_index = 1;
 constexpr size_t srun_index = 3;
 constexpr size_t mpiexec_index = 4;
+static_assert(std::string_view{launchers[torchrun_index].name} == "torchrun");
 static_assert(std::string_view{launchers[srun_index].name} == "srun");
 static_assert(std::string_view{launchers[mpiexec_index].name} == "mpiexec");
 
@@ -118,9 +120,11 @@ bool single_host_default(const env_lookup& env, const std::string& launcher,
                          store_address& out) {
   std::string job;
   if (launcher == "mpirun" && value_of(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ==
-                                value_of(env, "OMPI_COMM_WORLD_SIZE"))
+                                value_of(env, "OMPI_COMM_WORLD_SIZE")) {
     job = value_of(env, "OMPI_MCA_ess_base_jobid");
-  else if (launcher == "srun" && value_of(env, "SLURM_NNODES") == "1")
+    // Open MPI 5 (PRRTE) names the job by its PMIx namespace instead.
+    if (job.empty()) job = value_of(env, "PMIX_NAMESPACE");
+  } else if (launcher == "srun" && value_of(env, "SLURM_NNODES") == "1")
     job = value_of(env, "SLURM_JOB_ID") + "." + value_of(env, "SLURM_STEP_ID");
   if (job.empty()) return false;
   out.kind = store_address::kind_t::tcp;
@@ -157,6 +161,36 @@ caf::error fill_tcp_identity(const env_lookup& env, store_address& out) {
   out.run_id = value_of(env, "CAF_COLLECTIVE_RUN_ID");
   if (out.run_id.empty())
     out.run_id = job.empty() ? "default" : launcher + ":" + job;
+  return {};
+}
+
+// RANK and WORLD_SIZE are common names: a shell that exported them once (a
+// torch habit) hands them to every mpirun or srun it starts, and every
+// process would read the same rank of a wrong group. torchrun marks its
+// workers (TORCHELASTIC_RUN_ID, LOCAL_WORLD_SIZE, GROUP_RANK); without a
+// mark, RANK and WORLD_SIZE must agree with another launcher's variables
+// present, else the launch is refused naming both.
+caf::error check_plain_rank(const env_lookup& env) {
+  for (auto mark : {"TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
+    if (env(mark) != nullptr) return {};
+  const auto& torch = launchers[torchrun_index];
+  for (size_t i = torchrun_index + 1; i < launchers.size(); ++i) {
+    const auto& other = launchers[i];
+    if (env(other.rank) == nullptr) continue;
+    if (value_of(env, other.rank) == value_of(env, torch.rank) &&
+        value_of(env, other.size) == value_of(env, torch.size))
+      continue;
+    return make_error(
+      errc::invalid_argument,
+      std::string{torch.rank} + "=" + value_of(env, torch.rank) + " and " +
+        torch.size + "=" + value_of(env, torch.size) +
+        " (torchrun's names, but no torchrun started this process: left in "
+        "the environment?) disagree with " +
+        other.rank + "=" + value_of(env, other.rank) + " and " + other.size +
+        "=" + value_of(env, other.size) + " (" + other.name +
+        "): unset RANK and WORLD_SIZE, or set CAF_COLLECTIVE_RANK and "
+        "CAF_COLLECTIVE_WORLD_SIZE");
+  }
   return {};
 }
 
@@ -238,6 +272,8 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
                       "OMPI_COMM_WORLD_SIZE), srun (SLURM_PROCID, "
                       "SLURM_NTASKS) or MPICH's or Intel MPI's mpiexec "
                       "(PMI_RANK, PMI_SIZE)");
+  if (found == &launchers[torchrun_index])
+    if (auto err = check_plain_rank(env)) return err;
   info.launcher = found->name;
   if (env(found->size) == nullptr)
     return make_error(errc::invalid_argument,
