@@ -149,7 +149,7 @@ bool member(int rank, const col::rendezvous_store_ptr& store) {
         col::recv(col::view_of(inbox), (rank + world - 1) % world, "tour");
       } catch (...) {
         // The send reads grads until it ends: wait before they can go.
-        (void) sent.wait();
+        (void)sent.wait();
         throw;
       }
       return !sent.wait() && inbox[5] == 10.0f;
