@@ -195,6 +195,12 @@ caf::error validate(const group_entry& g, pending_op& op) {
   if (req.op == op_kind::scatter || p2p) {
     needs.assign(W, false);
     needs[p.root] = true;
+    // What the client named for the ranks that read no input (off a
+    // scatter's root, a send's receiver) is ignored, as MPI ignores those
+    // buffers: passed on, a ref of another dtype or size failed that rank's
+    // own check alone, and its peers waited for it until the deadline.
+    for (size_t r = 0; r < W; ++r)
+      if (!needs[r]) req.refs[r] = object_ref{};
   }
   std::vector<int> missing, foreign;
   for (size_t r = 0; r < W; ++r) {

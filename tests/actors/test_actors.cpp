@@ -506,6 +506,21 @@ TEST_CASE("unknown refs, mismatched shapes and dtypes and a root out of "
     REQUIRE(!res);
     CHECK(col::code_of(res.error()) == col::errc::unknown_object);
   }
+  { // what ranks other than a scatter's root name is ignored
+    auto wide = col::demo::put_all(*f.store, {{1, 2, 3}});
+    auto ints =
+      f.store->put(col::tensor::from_vector(std::vector<int32_t>{7, 8, 9}));
+    REQUIRE(ints);
+    std::vector<col::object_ref> rs{wide[0], *ints, refs[2]};
+    auto res = run(rs, col::op_kind::scatter);
+    REQUIRE(res);
+    REQUIRE(res->refs.size() == 3);
+    for (size_t r = 0; r < 3; ++r) {
+      CHECK(col::demo::read(*f.store, res->refs[r]) ==
+            col::demo::floats{float(r + 1)});
+      f.store->release(res->refs[r]);
+    }
+  }
   auto ok = run(refs, col::op_kind::allreduce);
   REQUIRE(ok);
   CHECK(col::demo::read(*f.store, refs[0]) == col::demo::floats{9, 12});
