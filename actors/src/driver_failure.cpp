@@ -45,9 +45,14 @@ void log_histories(driver_ptr self, const group_entry& g, uint64_t seq,
 
 // The ranks of `g` that `dm` takes away: the dead member's own, and when
 // its node became unreachable, every member on that node. CAF delivers
-// their down messages one by one; the first one must name them all.
-std::vector<int> lost_ranks(const group_entry& g, const caf::down_msg& dm) {
-  bool node_lost = dm.reason == caf::exit_reason::remote_link_unreachable;
+// their down messages one by one; the first one must name them all. Never
+// for the driver's own node, which is not lost while the driver runs: an
+// actor there may have quit with that reason itself (a link to a lost
+// node), and its neighbours live on.
+std::vector<int> lost_ranks(const group_entry& g, const caf::down_msg& dm,
+                            const caf::node_id& own_node) {
+  bool node_lost = dm.reason == caf::exit_reason::remote_link_unreachable &&
+                   dm.source.node() != own_node;
   std::vector<int> result;
   for (size_t r = 0; r < g.members.size(); ++r) {
     const auto& m = g.members[r];
@@ -153,7 +158,7 @@ caf::error destroy_group(driver_ptr self, const std::string& name) {
 void on_member_down(driver_ptr self, const caf::down_msg& dm) {
   self->state.monitored.erase(dm.source);
   for (auto& [name, g] : self->state.groups) {
-    auto lost = lost_ranks(g, dm);
+    auto lost = lost_ranks(g, dm, self->node());
     for (auto r : lost)
       g.members[r] = nullptr;
     if (lost.empty() ||

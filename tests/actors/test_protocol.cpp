@@ -443,11 +443,12 @@ TEST_CASE("destroying a group makes the rendezvous store forget its "
   auto s0 = f.formed_group(2, actors)[0];
   REQUIRE(s0->store);
   auto gen = std::to_string(s0->gen);
-  auto own = gen + "/g/formation/current";
+  auto own = gen + "/g/formation/current/1:g";
   // A generation whose number starts with this one's, and a group whose
   // name starts with "g/" and this generation (a name may hold '/').
-  auto later = gen + "0/g/formation/current";
-  auto other = std::to_string(s0->gen + 1) + "/g/" + gen + "/formation/current";
+  auto later = gen + "0/g/formation/current/1:g";
+  auto other =
+    std::to_string(s0->gen + 1) + "/g/" + gen + "/formation/current/1:g";
   for (const auto& key : {own, later, other})
     caf::anon_send(s0->store, caf::put_atom::value, key,
                    std::vector<char>{'x'});
@@ -806,6 +807,29 @@ TEST_CASE("mismatch refused: a ref a member does not hold fails the op at the "
   f.run();
   REQUIRE(next->answers == 1);
   CHECK(!next->err);
+}
+
+TEST_CASE("a member of the driver's node that quits as if its node were "
+          "lost takes only its own rank - not its neighbours") {
+  // An actor quits with remote_link_unreachable when a link of its to a
+  // lost node breaks: before, the driver took every member of its node
+  // (the driver's own) for dead, in every group.
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  caf::anon_send_exit(actors[1], caf::exit_reason::remote_link_unreachable);
+  f.step_expect(actors[1], "");
+  f.step_expect(f.driver, "down_msg");
+  f.run();
+  auto st = f.status("g");
+  CHECK(st.state == "broken");
+  auto why = col::render(st.reason);
+  INFO(why);
+  CHECK(contains(why, "rank 1 died"));
+  CHECK(!contains(why, "ranks ["));
+  // The survivors were told: the driver still knows them.
+  CHECK(has_line(*scripts[0], "abort g: collective.peer_lost"));
+  CHECK(has_line(*scripts[2], "abort g: collective.peer_lost"));
 }
 
 TEST_CASE("a member dying mid-op: the client and the survivors get peer_lost "
@@ -1384,13 +1408,17 @@ TEST_CASE("an actor system without a middleman has a node name of its own: "
   store->release(refs[0]);
 }
 
-TEST_CASE("send/recv: the bystanders' refs are not checked - the pair's are") {
+TEST_CASE("send/recv: only the sender's ref is checked - the bystanders' and "
+          "the receiver's are ignored") {
   fixture f;
   std::vector<caf::actor> actors;
   auto scripts = f.formed_group(3, actors);
-  // Rank 1 would refuse its ref, but it takes no part.
+  // Rank 1 would refuse its ref, but it takes no part; the receiver (rank
+  // 2) receives into an output of its own and reads no input.
   scripts[1]->check_errors[8] =
     col::make_error(col::errc::unknown_object, "no object 8");
+  scripts[2]->check_errors[9] =
+    col::make_error(col::errc::unknown_object, "no object 9");
   col::op_params p;
   p.root = 0;
   p.peer = 2;
@@ -1398,7 +1426,7 @@ TEST_CASE("send/recv: the bystanders' refs are not checked - the pair's are") {
     f.ask_op({"g", col::op_kind::send, {f.ref(7), f.ref(8), f.ref(9)}, p});
   f.run();
   CHECK(has_line(*scripts[0], "check g object 7"));
-  CHECK(has_line(*scripts[2], "check g object 9"));
+  CHECK(!has_line(*scripts[2], "check"));
   CHECK(!has_line(*scripts[1], "check"));
   CHECK(has_line(*scripts[0], "start g seq 0 send"));
   CHECK(has_line(*scripts[2], "start g seq 0 send"));

@@ -499,6 +499,33 @@ TEST_CASE("ranks given different world sizes for one group fail formation "
   }
 }
 
+TEST_CASE("a group formed again with another world size on the same store "
+          "forms even when its followers come first") {
+  // The current formation's name outlives the group: a follower that read
+  // the earlier formation of size 2 must wait for rank 0's new one instead
+  // of refusing at once.
+  for (std::string backend : {"gloo", "shm"}) {
+    CAPTURE(backend);
+    auto name = "resized-" + backend;
+    auto store = col::make_in_process_store();
+    auto first = test::run_threads(2, [&](int rank, rank_log& log) {
+      col::init_collective_group(2, rank, backend, name,
+                                 test::group_options(store, 10s));
+      expect_usable(log, name, 2, rank);
+      col::destroy_collective_group(name);
+    });
+    test::check_ranks(first);
+    auto second = test::run_threads(3, [&](int rank, rank_log& log) {
+      if (rank == 0) std::this_thread::sleep_for(500ms);
+      col::init_collective_group(3, rank, backend, name,
+                                 test::group_options(store, 10s));
+      expect_usable(log, name, 3, rank);
+      col::destroy_collective_group(name);
+    });
+    test::check_ranks(second);
+  }
+}
+
 TEST_CASE("a per-op timeout longer than the group's holds for a small "
           "allreduce: a rank 3 s late within a 6 s op timeout is in time") {
   // The group's 2 s would have ended the op; small allreduces run Gloo's

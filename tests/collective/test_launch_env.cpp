@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -182,6 +183,18 @@ TEST_CASE("RANK and WORLD_SIZE left in the environment do not silently "
                        {"SLURM_NTASKS", "4"},
                        {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
   CHECK(same.rank == 3);
+  // Only the launcher that would decide counts: a wrapper's RANK=$PMI_RANK
+  // under mpiexec in an sbatch script, where every rank inherited the
+  // batch step's SLURM_PROCID=0.
+  auto hydra = read_ok({{"RANK", "1"},
+                        {"WORLD_SIZE", "2"},
+                        {"PMI_RANK", "1"},
+                        {"PMI_SIZE", "2"},
+                        {"MPI_LOCALRANKID", "1"},
+                        {"SLURM_PROCID", "0"},
+                        {"SLURM_NTASKS", "1"},
+                        {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(hydra.rank == 1);
   // torchrun inside srun (one agent per node): torchrun's workers are
   // marked, and their RANK is the one that counts.
   auto nested = read_ok({{"RANK", "5"},
@@ -196,25 +209,38 @@ TEST_CASE("RANK and WORLD_SIZE left in the environment do not silently "
   CHECK(nested.world_size == 8);
 }
 
-TEST_CASE("rank 0 serves the store from the environment on every interface "
-          "when its address is not a loopback one") {
-  // MASTER_ADDR is often a host name that resolves to 127.0.1.1 (Debian's
-  // /etc/hosts) on its own machine: a server bound to what it resolves to
-  // there shut out the other hosts. Here: an address of this machine other
-  // than loopback, and a client that comes through 127.0.0.1.
-  std::string address;
+TEST_CASE("rank 0 serves the store for a host name that resolves to "
+          "loopback on every interface") {
+  // Debian's /etc/hosts maps the machine's own name to 127.0.1.1: a server
+  // bound to what MASTER_ADDR=<that name> resolves to here shut out the
+  // other hosts. Here: the machine's name, if it resolves to loopback, and
+  // a client that comes through another address of this machine.
+  char name[256] = {};
+  REQUIRE(gethostname(name, sizeof(name) - 1) == 0);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* resolved = nullptr;
+  bool loopback_name = getaddrinfo(name, nullptr, &hints, &resolved) == 0;
+  if (loopback_name) {
+    auto* in = reinterpret_cast<sockaddr_in*>(resolved->ai_addr);
+    loopback_name = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    freeaddrinfo(resolved);
+  }
+  std::string other_address;
   ifaddrs* list = nullptr;
   REQUIRE(getifaddrs(&list) == 0);
-  for (auto* i = list; i != nullptr && address.empty(); i = i->ifa_next) {
+  for (auto* i = list; i != nullptr && other_address.empty(); i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
     char text[INET_ADDRSTRLEN] = {};
     auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
     inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-    if (std::string{text}.rfind("127.", 0) != 0) address = text;
+    if (std::string{text}.rfind("127.", 0) != 0) other_address = text;
   }
   freeifaddrs(list);
-  if (address.empty()) {
-    MESSAGE("skipped: this machine has no IPv4 address but loopback");
+  if (!loopback_name || other_address.empty()) {
+    MESSAGE("skipped: the machine's name does not resolve to loopback, or "
+            "it has no other IPv4 address");
     return;
   }
   // A port free on every interface (taken back at once).
@@ -227,20 +253,20 @@ TEST_CASE("rank 0 serves the store from the environment on every interface "
   ::close(probe);
   col::store_address addr;
   addr.kind = col::store_address::kind_t::tcp;
-  addr.host = address;
+  addr.host = name;
   addr.port = ntohs(any.sin_port);
   addr.secret = "s";
   addr.run_id = "interfaces";
   addr.origin = "the test";
   auto served = col::open_store(addr, 0, 5s);
   REQUIRE(served);
-  col::tcp_store_options through_loopback;
-  through_loopback.host = "127.0.0.1";
-  through_loopback.port = addr.port;
-  through_loopback.secret = "s";
-  through_loopback.run_id = "interfaces";
-  through_loopback.connect_timeout = 3s;
-  auto client = col::make_tcp_store(through_loopback);
+  col::tcp_store_options from_elsewhere;
+  from_elsewhere.host = other_address;
+  from_elsewhere.port = addr.port;
+  from_elsewhere.secret = "s";
+  from_elsewhere.run_id = "interfaces";
+  from_elsewhere.connect_timeout = 3s;
+  auto client = col::make_tcp_store(from_elsewhere);
   CHECK_FALSE(client->set("k", {'v'}));
   auto got = (*served)->get("k", 3s);
   REQUIRE(got);

@@ -397,7 +397,8 @@ TEST_CASE("shm: ranks in other PID namespaces are refused at formation as "
   // Containers sharing /dev/shm, the boot id and the hostname may each run
   // a rank as pid 1. Before: both ranks took themselves for one process
   // and read each other's addresses (SIGSEGV).
-  if (std::system("unshare -Urpf --mount-proc true > /dev/null 2>&1") != 0) {
+  if (std::system("/usr/bin/unshare -Urpf --mount-proc true > /dev/null "
+                  "2>&1") != 0) {
     MESSAGE("skipped: this machine gives no user and PID namespaces");
     return;
   }

@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -137,6 +139,39 @@ std::string describe(int wait_status) {
   return "exited with status " + std::to_string(status_of(wait_status));
 }
 
+// Whether processes other than `leader` are in process group `group`
+// (read from /proc: the leader's zombie keeps the group alive by itself).
+bool others_in_group(pid_t group, pid_t leader) {
+  DIR* procs = ::opendir("/proc");
+  if (procs == nullptr) return false;
+  bool found = false;
+  while (auto* entry = ::readdir(procs)) {
+    char* end = nullptr;
+    auto pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == leader) continue;
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    std::FILE* stat = std::fopen(path, "r");
+    if (stat == nullptr) continue;
+    char line[1024] = {};
+    auto got = std::fgets(line, sizeof(line), stat);
+    std::fclose(stat);
+    // pid (comm) state ppid pgrp ...: comm may hold anything but ')'.
+    const char* close = got != nullptr ? std::strrchr(line, ')') : nullptr;
+    char state = 0;
+    long parent = 0;
+    long pgrp = 0;
+    if (close != nullptr &&
+        std::sscanf(close + 1, " %c %ld %ld", &state, &parent, &pgrp) == 3 &&
+        pgrp == group) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(procs);
+  return found;
+}
+
 // Signals the rank's whole process group: programs the rank started go too.
 void signal_rank(const rank_process& r, int sig) {
   if (r.running) ::kill(-r.pid, sig);
@@ -263,12 +298,26 @@ int supervise(std::vector<rank_process>& ranks,
   };
   auto reap = [&] {
     for (;;) {
-      int ws = 0;
-      pid_t pid = ::waitpid(-1, &ws, WNOHANG);
-      if (pid <= 0) return;
+      // Seen exited but not reaped yet: its pid, its process group's id,
+      // cannot go to another process until the waitpid below, so what a
+      // rank left behind in its group (a program it started in the
+      // background, a wrapper script's child) is stopped here and nothing
+      // else: nothing of the launch lives on unnoticed, as under mpirun.
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+          info.si_pid == 0)
+        return;
+      pid_t pid = info.si_pid;
       auto r =
         std::find_if(ranks.begin(), ranks.end(),
                      [&](const rank_process& x) { return x.pid == pid; });
+      if (r != ranks.end() && others_in_group(pid, pid)) {
+        note("rank " + std::to_string(r->rank) +
+             " left processes behind; stopping them (SIGKILL)");
+        ::kill(-pid, SIGKILL);
+      }
+      int ws = 0;
+      ::waitpid(pid, &ws, 0);
       if (r == ranks.end()) continue;
       r->running = false;
       r->status = status_of(ws);
@@ -359,16 +408,6 @@ int supervise(std::vector<rank_process>& ranks,
       ::close(r.err.fd);
     }
   }
-  // What a rank left behind in its process group (a program it started in
-  // the background, a wrapper script's child) ends with the launch, as
-  // under mpirun: nothing of the run lives on unnoticed. The group outlives
-  // its leader while any member is left, so its id is still theirs.
-  for (auto& r : ranks)
-    if (::kill(-r.pid, 0) == 0) {
-      note("rank " + std::to_string(r.rank) +
-           " left processes behind; stopping them (SIGKILL)");
-      ::kill(-r.pid, SIGKILL);
-    }
   if (first_failed >= 0) return ranks[first_failed].status;
   if (stop_signal != 0) return 128 + stop_signal;
   return 0;

@@ -6,25 +6,54 @@
 #include <map>
 #include <mutex>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "caf_collective/error.hpp"
 
 namespace caf_collective {
 
 namespace {
 
-bool loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+// Whether `host` is a name (not an address, not "localhost") that this
+// machine resolves to loopback addresses only.
+bool name_of_loopback(const std::string& host) {
+  if (host == "localhost") return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* numeric = nullptr;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &numeric) == 0) {
+    ::freeaddrinfo(numeric);
+    return false; // an address: bound as given
+  }
+  hints.ai_flags = 0;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool all_loopback = found != nullptr;
+  for (auto* ai = found; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
+      all_loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (ai->ai_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(ai->ai_addr);
+      all_loopback &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
+    }
+  }
+  ::freeaddrinfo(found);
+  return all_loopback;
 }
 
-// Where rank 0's server listens for the store's address `host`: that
-// address when it is a loopback one (one host), else every interface. A
-// host name may resolve to 127.0.1.1 on its own machine (Debian's
-// /etc/hosts) while the other hosts reach it at another address, and
-// binding what it resolves to locally would shut them out. Clients still
-// connect to `host`.
+// Where rank 0's server listens for the store's address `host`: what it
+// names, except for a host name that resolves to loopback here (Debian's
+// /etc/hosts maps the machine's own name to 127.0.1.1) while the other
+// hosts reach it at another address: binding that would shut them out,
+// so the server takes every IPv4 interface then. Clients still connect
+// to `host`.
 std::string listen_host(const std::string& host) {
-  if (loopback(host)) return host;
-  return host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  return name_of_loopback(host) ? "0.0.0.0" : host;
 }
 
 // Servers this process runs, by address: one per address however many

@@ -239,8 +239,11 @@ caf::expected<std::string> follow(rendezvous_store& store,
   auto [formation, rank0_size] = parse_current(text_of(*current));
   auto slice = milliseconds{2};
   for (;;) {
-    // A rank given another world size than rank 0 tells rank 0 (which
-    // tells the others) and fails.
+    // A rank given another world size than rank 0 tells rank 0, which
+    // refuses the formation for everyone. It waits for that refusal rather
+    // than failing at once: the name it read may be of an earlier
+    // formation of another size (the store outlives groups), and rank 0's
+    // current one may still come.
     bool differs = rank0_size != seat.world_size;
     auto joined =
       differs ? other_size_marker + std::to_string(seat.world_size) : token;
@@ -248,9 +251,6 @@ caf::expected<std::string> follow(rendezvous_store& store,
           store.set_within(join_key(formation, seat.rank), bytes_of(joined),
                            time_left_rounded_up(seat.deadline)))
       return store_failure(seat, err);
-    if (differs)
-      return refused(seat,
-                     sizes_differ(seat.rank, seat.world_size, rank0_size));
     for (;;) {
       auto admitted =
         store.get(admission_key(token),
@@ -259,7 +259,9 @@ caf::expected<std::string> follow(rendezvous_store& store,
       if (!timed_out(admitted.error()))
         return store_failure(seat, admitted.error());
       if (clock_type::now() >= seat.deadline)
-        return not_admitted(store, seat, formation, admitted.error());
+        return differs ? refused(seat, sizes_differ(seat.rank, seat.world_size,
+                                                    rank0_size))
+                       : not_admitted(store, seat, formation, admitted.error());
       slice = std::min(2 * slice, milliseconds{100});
       if (auto why = store.get(refusal_key(formation), 0ms))
         return refused(seat, text_of(*why) + " (rank 0 refused the formation)");

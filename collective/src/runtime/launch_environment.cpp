@@ -164,34 +164,54 @@ caf::error fill_tcp_identity(const env_lookup& env, store_address& out) {
   return {};
 }
 
+// The first launcher from row `first` on whose rank variable is set.
+const launcher_vars* pick(const env_lookup& env, size_t first) {
+  const launcher_vars* found = nullptr;
+  for (size_t i = first; i < launchers.size() && found == nullptr; ++i)
+    if (env(launchers[i].rank) != nullptr) found = &launchers[i];
+  // srun that starts an MPICH program sets PMI_RANK equal to SLURM_PROCID,
+  // and not MPI_LOCALRANKID (Hydra's own). mpiexec run inside a Slurm
+  // allocation (an sbatch script) sets both PMI_RANK and MPI_LOCALRANKID,
+  // and every rank inherited the batch step's SLURM_PROCID: the innermost
+  // launcher, mpiexec, knows the rank. Every rank decides alike (rank 0's
+  // PMI_RANK equals the inherited SLURM_PROCID=0).
+  const auto& srun = launchers[srun_index];
+  const auto& hydra = launchers[mpiexec_index];
+  if (found == &srun && env(hydra.rank) != nullptr &&
+      (env(hydra.local_rank) != nullptr ||
+       value_of(env, hydra.rank) != value_of(env, srun.rank) ||
+       value_of(env, hydra.size) != value_of(env, srun.size)))
+    found = &hydra;
+  return found;
+}
+
 // RANK and WORLD_SIZE are common names: a shell that exported them once (a
 // torch habit) hands them to every mpirun or srun it starts, and every
 // process would read the same rank of a wrong group. torchrun marks its
 // workers (TORCHELASTIC_RUN_ID, LOCAL_WORLD_SIZE, GROUP_RANK); without a
-// mark, RANK and WORLD_SIZE must agree with another launcher's variables
-// present, else the launch is refused naming both.
+// mark, RANK and WORLD_SIZE must agree with the variables of the launcher
+// that would decide without them, else the launch is refused naming both.
 caf::error check_plain_rank(const env_lookup& env) {
   for (auto mark : {"TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
     if (env(mark) != nullptr) return {};
+  // Only the launcher that would decide without them: variables inherited
+  // from an outer one (an sbatch script's SLURM_PROCID) say nothing.
+  const auto* other = pick(env, torchrun_index + 1);
   const auto& torch = launchers[torchrun_index];
-  for (size_t i = torchrun_index + 1; i < launchers.size(); ++i) {
-    const auto& other = launchers[i];
-    if (env(other.rank) == nullptr) continue;
-    if (value_of(env, other.rank) == value_of(env, torch.rank) &&
-        value_of(env, other.size) == value_of(env, torch.size))
-      continue;
-    return make_error(
-      errc::invalid_argument,
-      std::string{torch.rank} + "=" + value_of(env, torch.rank) + " and " +
-        torch.size + "=" + value_of(env, torch.size) +
-        " (torchrun's names, but no torchrun started this process: left in "
-        "the environment?) disagree with " +
-        other.rank + "=" + value_of(env, other.rank) + " and " + other.size +
-        "=" + value_of(env, other.size) + " (" + other.name +
-        "): unset RANK and WORLD_SIZE, or set CAF_COLLECTIVE_RANK and "
-        "CAF_COLLECTIVE_WORLD_SIZE");
-  }
-  return {};
+  if (other == nullptr ||
+      (value_of(env, other->rank) == value_of(env, torch.rank) &&
+       value_of(env, other->size) == value_of(env, torch.size)))
+    return {};
+  return make_error(
+    errc::invalid_argument,
+    std::string{torch.rank} + "=" + value_of(env, torch.rank) + " and " +
+      torch.size + "=" + value_of(env, torch.size) +
+      " (torchrun's names, but no torchrun started this process: left in "
+      "the environment?) disagree with " +
+      other->rank + "=" + value_of(env, other->rank) + " and " + other->size +
+      "=" + value_of(env, other->size) + " (" + other->name +
+      "): unset RANK and WORLD_SIZE, or set CAF_COLLECTIVE_RANK and "
+      "CAF_COLLECTIVE_WORLD_SIZE");
 }
 
 } // namespace
@@ -244,25 +264,7 @@ caf::expected<store_address> read_store_environment(const env_lookup& env) {
 
 caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
   launch_info info;
-  const launcher_vars* found = nullptr;
-  for (const auto& l : launchers)
-    if (env(l.rank) != nullptr) {
-      found = &l;
-      break;
-    }
-  // srun that starts an MPICH program sets PMI_RANK equal to SLURM_PROCID,
-  // and not MPI_LOCALRANKID (Hydra's own). mpiexec run inside a Slurm
-  // allocation (an sbatch script) sets both PMI_RANK and MPI_LOCALRANKID,
-  // and every rank inherited the batch step's SLURM_PROCID: the innermost
-  // launcher, mpiexec, knows the rank. Every rank decides alike (rank 0's
-  // PMI_RANK equals the inherited SLURM_PROCID=0).
-  const auto& srun = launchers[srun_index];
-  const auto& hydra = launchers[mpiexec_index];
-  if (found == &srun && env(hydra.rank) != nullptr &&
-      (env(hydra.local_rank) != nullptr ||
-       value_of(env, hydra.rank) != value_of(env, srun.rank) ||
-       value_of(env, hydra.size) != value_of(env, srun.size)))
-    found = &hydra;
+  const auto* found = pick(env, 0);
   if (found == nullptr)
     return make_error(errc::invalid_argument,
                       "no launcher told this process its rank: set "

@@ -2,16 +2,11 @@
 // claims, and the watchdog thread that ends them at their deadline.
 #include "backends/shm/shm_arrivals.hpp"
 
-#include <climits>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "backends/shm/shm_segment.hpp"
 
@@ -119,13 +114,7 @@ void arrival_hub::mark_timed_out(int r) {
     h->abort_mark.compare_exchange_strong(
       none, make_abort_mark(r, static_cast<uint32_t>(errc::timeout)),
       std::memory_order_seq_cst);
-    // As shm_backend::ring: the waiters' fence pairs with this one.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (h->sleepers.load(std::memory_order_relaxed) > 0) {
-      h->bell.fetch_add(1, std::memory_order_relaxed);
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE,
-              INT_MAX, nullptr, nullptr, 0);
-    }
+    ring_bell(*h);
     return; // one mapping of the one segment is enough
   }
 }
@@ -173,7 +162,10 @@ void arrival_hub::fail_aborted(int r, int own, int by, errc cause) {
   // ends it: a rank whose op failed on the mark aborts too, and may sweep
   // before the aborter does. Its reason was written before its mark.
   if (r == own || r == by) {
-    fail(r, errc::aborted, "backend aborted: " + at(r).abort_reason);
+    if (r != own && at(r).timed_out.load(std::memory_order_acquire))
+      fail(r, errc::timeout, std::string{own_timeout_text});
+    else
+      fail(r, errc::aborted, "backend aborted: " + at(r).abort_reason);
     return;
   }
   fail(r, cause == errc::timeout ? errc::timeout : errc::peer_lost,

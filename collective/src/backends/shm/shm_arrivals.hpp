@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "caf_collective/backend.hpp"
@@ -31,6 +32,12 @@
 namespace caf_collective::detail::shm {
 
 struct segment_header;
+
+/// Why a later op of a rank fails once the watchdog ended an op the rank
+/// started without waiting.
+inline constexpr std::string_view own_timeout_text =
+  "an op this rank started without waiting timed out at its deadline, "
+  "which broke the group";
 
 /// The text of a timeout, whether the op's rank waited or not: "not
 /// finished within T ms: ranks [...] did not arrive (...)".
@@ -91,10 +98,11 @@ class arrival_hub {
   /// Ends rank `r`'s claimed op because the group was aborted: rank `by`
   /// aborted first, for `cause` (the failure that made it give up, or
   /// `aborted` when its caller asked). `own` is a rank that aborted too and
-  /// whose reason is known here (`by` itself, or the caller of abort): the
-  /// ops of `own` and `by` end with `aborted` and their callers' reasons,
-  /// every other one with the loss of `by` (or the same timeout, when `by`
-  /// timed out).
+  /// whose reason is known here (the caller of abort), or -1: the ops of
+  /// `own` and `by` end with `aborted` and their callers' reasons (`by`'s
+  /// with `timeout` when the watchdog marked the group in its name: it may
+  /// be writing its reason right now), every other one with the loss of
+  /// `by` (or the same timeout, when `by` timed out).
   void fail_aborted(int r, int own, int by, errc cause);
 
   /// Claims and ends every op in flight as fail_aborted does: rank `own`

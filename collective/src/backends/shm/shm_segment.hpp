@@ -50,6 +50,11 @@ struct alignas(cache_line) segment_header {
   std::atomic<uint32_t> sleepers;                 // waiters in futex_wait
 };
 
+/// Wakes the ranks asleep on the header's bell after the caller changed a
+/// flag they wait for (shm_sync.cpp): nobody asleep, no shared write and
+/// no system call.
+void ring_bell(segment_header& h) noexcept;
+
 /// The abort mark of `rank`, which aborted because of `code` (an errc:
 /// timeout, peer_lost: its op had failed; aborted: it was told to).
 constexpr uint64_t make_abort_mark(int rank, uint32_t code) noexcept {

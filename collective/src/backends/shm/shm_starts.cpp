@@ -51,7 +51,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
     // and no finisher may come. End it as fail_all would have.
     auto mark = first_aborter();
     if (hub_->claim(rank_, target))
-      hub_->fail_aborted(rank_, mark.rank, mark.rank, mark.code);
+      hub_->fail_aborted(rank_, -1, mark.rank, mark.code);
     return true;
   }
   for (int r = 0; r < world_size_; ++r)
@@ -97,7 +97,7 @@ void shm_backend::serve_arrivals(uint64_t target, const std::string& mismatch) {
     if (seg_.control(r).sync[parity].no_waiter == 0 || !hub_->claim(r, target))
       return;
     if (by >= 0) {
-      hub_->fail_aborted(r, by, by, cause);
+      hub_->fail_aborted(r, -1, by, cause);
       return;
     }
     if (!failure.empty()) {

@@ -89,7 +89,10 @@ error_context shm_backend::context(op_kind op,
 }
 
 void shm_backend::ring() noexcept {
-  auto& h = seg_.header();
+  ring_bell(seg_.header());
+}
+
+void ring_bell(segment_header& h) noexcept {
   // Paired with the fence of a waiter between counting itself in
   // `sleepers` and its last look at the flags: either it sees what the
   // caller just wrote, or we see it and wake it. Nobody asleep: no shared
@@ -150,7 +153,12 @@ caf::error shm_backend::failure_if_any(op_kind op, const op_call* call,
   // aborted its group must not hide which rank died.
   auto mark = first_aborter();
   auto by = mark.rank;
-  if (by < 0 || by == rank_) return {};
+  if (by < 0) return {};
+  // This rank's own mark while it has not aborted: the watchdog's, for an
+  // op it started without waiting (arrival_hub::expire).
+  if (by == rank_)
+    return make_error(errc::timeout, context(op, call),
+                      std::string{own_timeout_text});
   auto code = mark.code;
   if (code == errc::peer_lost) {
     // It lost a peer, maybe one this rank does not wait for (it waits for
