@@ -315,6 +315,25 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       op.fail(err, self->context());
     g.ops.clear();
   };
+  // The driver's loss (its node lost, or an exit whose aborts never came)
+  // ends the groups it runs and those it has yet to form: nothing would
+  // start, form or abort them any more. Groups whose members run their own
+  // ops keep running once formed.
+  self->monitor(driver);
+  self->set_down_handler([self, st, fail_all](caf::down_msg& dm) {
+    if (dm.source != st->driver.address()) return;
+    for (auto& [name, g] : st->groups) {
+      bool needs_driver = !g.grp || g.m.ops_from == op_source::driver;
+      if (g.state == "broken" || g.state == "failed" || !needs_driver) continue;
+      auto err = make_error(errc::peer_lost, "group '" + name +
+                                               "': its driver is gone (" +
+                                               render(dm.reason) + ")");
+      g.state = "broken";
+      g.reason = err;
+      if (g.grp) group::abort_off_thread(g.grp, render(err));
+      fail_all(g, err);
+    }
+  });
   auto join = [self, st, node, fail_all](membership m) {
     auto& g = st->groups[m.group];
     if (g.grp) {

@@ -318,6 +318,25 @@ TEST_CASE("member path: an op waiting for an init that never comes fails "
   CHECK(contains(col::render(out->err), "never started its formation"));
 }
 
+TEST_CASE("member path: the driver's loss fails the ops waiting for the "
+          "group's init at once and refuses later ones naming it") {
+  // Before: nothing watched the driver; the op waited for the group's
+  // timeout and a margin, and the group kept reading "registered".
+  fixture f;
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("lost-driver", col::op_source::members, out);
+  f.go(m, "lost-driver", {1, 2});
+  CHECK(out->answers == 0);
+  caf::anon_send_exit(f.driver, caf::exit_reason::kill);
+  f.run();
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::peer_lost);
+  CHECK(contains(col::render(out->err), "its driver is gone"));
+  f.go(m, "lost-driver", {1});
+  REQUIRE(out->answers == 2);
+  CHECK(contains(col::render(out->err), "its driver is gone"));
+}
+
 TEST_CASE("member path: a join that replaces a membership answers the ops "
           "that waited for its init with aborted") {
   fixture f;
