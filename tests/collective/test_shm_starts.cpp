@@ -55,6 +55,24 @@ caf::error outcome(rank_log& log, const col::work& w, col::milliseconds limit) {
   return w.wait();
 }
 
+/// Rank `rank` of the 3-rank shm group `name` forms it; ranks 0 and 1 then
+/// start an allreduce of `x` without waiting, with a 300 ms timeout, that
+/// rank 2 does not join: it must end with timeout.
+void join_and_time_out(const col::rendezvous_store_ptr& store,
+                       const std::string& name, int rank, rank_log& log,
+                       std::vector<float>& x) {
+  col::init_collective_group(3, rank, "shm", name,
+                             test::group_options(store, 20s));
+  if (rank == 2) return;
+  col::allreduce_options opts;
+  opts.timeout = 300ms;
+  auto g = col::get_group(name);
+  auto err =
+    outcome(log, g->allreduce(col::view_of(x), col::view_of(x), opts), 10s);
+  log.expect(col::code_of(err) == col::errc::timeout,
+             "started op: " + col::render(err));
+}
+
 } // namespace
 
 TEST_CASE("shm starts: ranks that wait and ranks that do not get the same "
@@ -370,18 +388,8 @@ TEST_CASE("shm starts: a rank whose started op timed out tells the peers "
   std::latch destroyed{1}; // rank 0 left first
   std::latch checked{1};   // rank 2 saw it; rank 1 leaves only then
   auto results = test::run_threads(3, [&](int rank, rank_log& log) {
-    col::init_collective_group(3, rank, "shm", "starts-left",
-                               test::group_options(store, 20s));
-    auto g = col::get_group("starts-left");
     std::vector<float> x(8, 1.0f);
-    if (rank != 2) {
-      col::allreduce_options opts;
-      opts.timeout = 300ms;
-      auto err =
-        outcome(log, g->allreduce(col::view_of(x), col::view_of(x), opts), 10s);
-      log.expect(col::code_of(err) == col::errc::timeout,
-                 "started op: " + col::render(err));
-    }
+    join_and_time_out(store, "starts-left", rank, log, x);
     timed_out.arrive_and_wait();
     if (rank == 0) {
       col::destroy_collective_group("starts-left");
@@ -414,18 +422,8 @@ TEST_CASE("shm starts: a rank that comes after its peers' started ops timed "
   auto store = col::make_in_process_store();
   std::latch timed_out{3};
   auto results = test::run_threads(3, [&](int rank, rank_log& log) {
-    col::init_collective_group(3, rank, "shm", "starts-late",
-                               test::group_options(store, 20s));
-    auto g = col::get_group("starts-late");
     std::vector<float> x(8, 1.0f);
-    if (rank != 2) {
-      col::allreduce_options opts;
-      opts.timeout = 300ms;
-      auto err =
-        outcome(log, g->allreduce(col::view_of(x), col::view_of(x), opts), 10s);
-      log.expect(col::code_of(err) == col::errc::timeout,
-                 "started op: " + col::render(err));
-    }
+    join_and_time_out(store, "starts-late", rank, log, x);
     timed_out.arrive_and_wait();
     if (rank == 2) {
       for (int op = 0; op < 2; ++op) {
