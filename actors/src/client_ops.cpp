@@ -67,18 +67,36 @@ caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
   return detail::blocking_op(self, driver, std::move(req), std::nullopt);
 }
 
+namespace {
+
+// An error of a request about `ref` that does not name it yet (the driver
+// or its node went away before it answered) names it, as the relay's do.
+caf::error naming(const char* what, const object_ref& ref, caf::error err) {
+  if (!err || !is_collective_error(err)) return err;
+  auto detail = detail_of(err);
+  if (detail.find("object " + std::to_string(ref.id)) != std::string::npos)
+    return err;
+  return make_error(code_of(err), std::string{what} + " of object " +
+                                    std::to_string(ref.id) + " of node " +
+                                    ref.node + ": " + detail);
+}
+
+} // namespace
+
 caf::error release(caf::scoped_actor& self, const driver_api& driver,
                    const object_ref& ref) {
-  return detail::blocking_request(
-    self, driver, std::nullopt, error_context{}, [](caf::ok_atom) {},
-    release_atom::value, ref);
+  return naming("release", ref,
+                detail::blocking_request(
+                  self, driver, std::nullopt, error_context{},
+                  [](caf::ok_atom) {}, release_atom::value, ref));
 }
 
 caf::error hand_over(caf::scoped_actor& self, const driver_api& driver,
                      const object_ref& ref, const caf::actor_addr& to) {
-  return detail::blocking_request(
-    self, driver, std::nullopt, error_context{}, [](caf::ok_atom) {},
-    hand_atom::value, ref, to);
+  return naming("hand-over", ref,
+                detail::blocking_request(
+                  self, driver, std::nullopt, error_context{},
+                  [](caf::ok_atom) {}, hand_atom::value, ref, to));
 }
 
 } // namespace caf_collective

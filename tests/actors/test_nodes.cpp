@@ -586,6 +586,14 @@ TEST_CASE("clients of a driver on another node - blocking ones and actors - "
                            {"far", col::op_kind::barrier, {}, {}}, 20s);
   REQUIRE(!later);
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  // A blocking release through the lost driver ends at once, naming the
+  // object (before: an error naming nothing).
+  auto lost_release =
+    col::release(f.self, col::typed_driver(far_driver), xs[1]);
+  auto lost_text = col::render(lost_release);
+  INFO(lost_text);
+  CHECK(col::code_of(lost_release) == col::errc::aborted);
+  CHECK(contains(lost_text, "release of object " + std::to_string(xs[1].id)));
   CHECK(fixture::wait_node(f.nodes[0], 10s) == -1);
   f.nodes.pop_back();
 }
