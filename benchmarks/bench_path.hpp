@@ -61,6 +61,11 @@ class bench_path {
   /// result elements this rank saw (default: on this rank's buffers).
   virtual size_t check(const op_args& args);
 
+  /// After the timed runs that followed check(): the wrong elements of what
+  /// the last one left in this rank's output. Out-of-place ops only (their
+  /// inputs are still check()'s); 0 where nothing is left to look at.
+  virtual size_t check_timed(const op_args& args);
+
   /// Drops what prepare built.
   virtual void finish() {}
 };

@@ -31,6 +31,18 @@ def fmt_size(n):
     return f"{n} B"
 
 
+# The driver runs these ops in place: its time compares with the direct
+# path's in-place column (the out-of-place one pays a copy it does not).
+DRIVER_IN_PLACE = ("allreduce", "reduce", "broadcast")
+
+
+def time_of(r, prefix, size):
+    """The reported time of a row's column: the one its busbw derives from."""
+    algbw = float(r[prefix + "_algbw"])
+    return size / (algbw * 1e3) if algbw > 0 else float(
+        r[prefix + "_median_us"])
+
+
 def all_ops(path):
     rows = defaultdict(dict)
     order = []
@@ -40,9 +52,11 @@ def all_ops(path):
         key = (r["op"], int(r["size"]))
         if key not in rows:
             order.append(key)
-        algbw = float(r["oop_algbw"])
-        t = key[1] / (algbw * 1e3) if algbw > 0 else float(r["oop_median_us"])
+        t = time_of(r, "oop", key[1])
         rows[key][r["path"]] = (t, float(r["oop_busbw"]))
+        if r["path"] == "direct" and r["ip_mean_us"]:
+            rows[key]["direct in place"] = (time_of(r, "ip", key[1]),
+                                            float(r["ip_busbw"]))
     print("| op | size | raw-gloo us | direct us | driver us | direct/raw-gloo"
           " | driver/direct | direct GB/s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -52,9 +66,11 @@ def all_ops(path):
         ratio = lambda a, b: (f"{v[b][0] / v[a][0]:.2f}"
                               if a in v and b in v and v[a][0] > 0 else "-")
         bw = f"{v['direct'][1]:.3f}" if "direct" in v else "-"
+        base = ("direct in place" if op in DRIVER_IN_PLACE and
+                "direct in place" in v else "direct")
         print(f"| {op} | {fmt_size(size)} | {cell('raw-gloo')} | "
               f"{cell('direct')} | {cell('driver')} | "
-              f"{ratio('direct', 'raw-gloo')} | {ratio('driver', 'direct')} | "
+              f"{ratio('direct', 'raw-gloo')} | {ratio('driver', base)} | "
               f"{bw} |")
 
 
@@ -240,6 +256,8 @@ def main():
             median = True
         rows[size][r["path"]] = dict(t=t, bw=busbw, algo=r["algo"],
                                      max=float(r["oop_max_us"]))
+        if r["path"] == "direct" and r["ip_mean_us"]:
+            rows[size]["direct in place"] = dict(t=time_of(r, "ip", size))
     paths = [p for p in ("raw-gloo", "raw-gloo-best", "direct", "shm",
                          "driver", "mpi")
              if any(p in v for v in rows.values())]
@@ -251,7 +269,9 @@ def main():
     if "raw-gloo-best" in paths:
         ratios.append(("direct/best", "direct", "raw-gloo-best"))
     if "driver" in paths:
-        ratios.append(("driver/direct", "driver", "direct"))
+        ratios.append(("driver/direct", "driver",
+                       "direct in place" if op in DRIVER_IN_PLACE
+                       else "direct"))
     head += [name for name, _, _ in ratios]
     head += [f"{p} GB/s" for p in paths]
     print(f"Time per op: {'median' if median else 'mean'} iteration of the "

@@ -16,8 +16,14 @@ int64_t movement_value(int rank, size_t i) {
   return static_cast<int64_t>((static_cast<size_t>(rank) * 13 + i * 7) % 101);
 }
 
+// 1 to 5 (products of many ranks stay exact in float32), mixed from rank
+// and element so that no rank count makes every element's reduction alike:
+// with (rank + i) % 5, 5 or 10 ranks summed to 15 or 30 everywhere, and a
+// misplaced block of the result still passed the check.
 int64_t reduction_value(int rank, size_t i) {
-  return 1 + static_cast<int64_t>((static_cast<size_t>(rank) + i) % 5);
+  auto mixed = (static_cast<uint32_t>(rank) + 1) * 2654435761u ^
+               (static_cast<uint32_t>(i) + 1) * 40503u;
+  return 1 + static_cast<int64_t>((mixed >> 7) % 5);
 }
 
 // The reduction of element i over all ranks, folded in a wide type and

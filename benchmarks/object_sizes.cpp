@@ -82,9 +82,11 @@ double run_rank(int rank, const settings& s) {
   for (int i = 0; i < s.rounds; ++i) {
     if (s.op == "gather") {
       auto got = col::gather_object(mine, 0, "objects", opts);
+      // Against the objects built before the loop: a fresh wide object per
+      // round would be timed (and counted in the peak) with the op.
       if (rank == 0)
         for (int r = 0; r < s.ranks; ++r)
-          if (got[static_cast<size_t>(r)] != object_of(r, s))
+          if (got[static_cast<size_t>(r)] != parts[static_cast<size_t>(r)])
             throw std::runtime_error("gathered object " + std::to_string(r) +
                                      " differs");
     } else {
