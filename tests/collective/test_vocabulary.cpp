@@ -1,7 +1,11 @@
 // The vocabulary of the collective layer: dtypes, reduce ops, tensors,
 // DLPack conversion, error rendering, and the streaming copy the backends'
 // reductions write large results with.
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <string>
@@ -11,6 +15,10 @@
 #include <caf/sec.hpp>
 
 #include <caf_collective/config.hpp>
+#include <caf_collective/log.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "backends/common/stream_copy.hpp"
 #include "runtime/lazy_deadline.hpp"
@@ -583,4 +591,33 @@ TEST_CASE("the streaming copy writes exactly its bytes at every alignment") {
             untouched = false;
         CHECK(untouched);
       }
+}
+
+TEST_CASE("a log level the library does not know keeps warnings on and says "
+          "so") {
+  // spdlog reads an unknown name as "off": before, a typo in
+  // CAF_COLLECTIVE_LOG_LEVEL silenced every warning.
+  auto captured = std::filesystem::temp_directory_path() /
+                  ("caf_collective_log_" + std::to_string(getpid()));
+  std::fflush(stderr);
+  int saved = dup(2);
+  REQUIRE(saved >= 0);
+  int file = open(captured.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(file >= 0);
+  dup2(file, 2);
+  close(file);
+  setenv("CAF_COLLECTIVE_LOG_LEVEL", "loud", 1);
+  // A logger made now reads the variable.
+  col::log_warning("level-typo-check", "still heard");
+  unsetenv("CAF_COLLECTIVE_LOG_LEVEL");
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::ifstream in{captured};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  std::filesystem::remove(captured);
+  INFO(text);
+  CHECK(text.find("still heard") != std::string::npos);
+  CHECK(text.find("CAF_COLLECTIVE_LOG_LEVEL='loud' is not one of") !=
+        std::string::npos);
 }

@@ -10,6 +10,8 @@
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/host_memory.hpp"
+#include "vocabulary/log.hpp"
+#include "vocabulary/parse_number.hpp"
 
 namespace caf_collective::detail {
 
@@ -23,9 +25,17 @@ constexpr size_t alignment = 64;
 constexpr size_t min_cached = size_t{64} << 10;
 
 size_t default_capacity() {
-  if (const char* env = std::getenv("CAF_COLLECTIVE_HOST_CACHE_MB"))
-    return static_cast<size_t>(std::strtoull(env, nullptr, 10)) << 20;
-  return size_t{512} << 20;
+  constexpr size_t fallback = size_t{512} << 20;
+  const char* env = std::getenv("CAF_COLLECTIVE_HOST_CACHE_MB");
+  if (env == nullptr || *env == '\0') return fallback;
+  // Strict: a typo must not turn the cache off unnoticed (strtoull read it
+  // as 0).
+  auto mb = parse_non_negative<size_t>(env);
+  if (mb && *mb <= (SIZE_MAX >> 20)) return *mb << 20;
+  logger_for("memory").warn("CAF_COLLECTIVE_HOST_CACHE_MB='{}' is not a "
+                            "number of MiB >= 0; using {}",
+                            env, fallback >> 20);
+  return fallback;
 }
 
 // Rounds up to one of four classes per power of two (2^k * 1, 1.25, 1.5,

@@ -3,11 +3,13 @@
 #include "caf_collective/log.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -37,7 +39,21 @@ spdlog::level::level_enum configured_level(const logger_table& t) {
   if (t.level_override) return *t.level_override;
   const char* env = std::getenv("CAF_COLLECTIVE_LOG_LEVEL");
   if (env == nullptr || *env == '\0') return spdlog::level::warn;
-  return spdlog::level::from_str(env);
+  // spdlog takes a name it does not know for "off": a typo would silence
+  // every warning (timeouts' op histories included). Refused, said once.
+  auto level = spdlog::level::from_str(env);
+  if (level == spdlog::level::off && std::string_view{env} != "off") {
+    static std::once_flag said;
+    std::call_once(said, [env] {
+      std::fprintf(stderr,
+                   "caf_collective: CAF_COLLECTIVE_LOG_LEVEL='%s' is not one "
+                   "of trace, debug, info, warn, error, critical, off; using "
+                   "warn\n",
+                   env);
+    });
+    return spdlog::level::warn;
+  }
+  return level;
 }
 
 } // namespace
