@@ -172,6 +172,26 @@ TEST_CASE("file stores over one directory share keys across threads") {
   }
 }
 
+TEST_CASE("the file store keeps keys apart that differ only in characters "
+          "a file name cannot hold") {
+  // Before: every such character became '%', and "a/b", "a:b" and "a b"
+  // were one file.
+  temp_dir dir;
+  auto store = col::make_file_store(dir.path.string());
+  CHECK_FALSE(store->set("a/b", bytes("slash")));
+  CHECK_FALSE(store->set("a:b", bytes("colon")));
+  CHECK_FALSE(store->set("a b", bytes("space")));
+  CHECK_FALSE(store->set("a%b", bytes("percent")));
+  using entry = std::pair<std::string, std::string>;
+  for (const auto& [key, want] :
+       {entry{"a/b", "slash"}, entry{"a:b", "colon"}, entry{"a b", "space"},
+        entry{"a%b", "percent"}}) {
+    auto got = store->get(key, 1s);
+    REQUIRE(got);
+    CHECK(text(*got) == want);
+  }
+}
+
 TEST_CASE("the file store creates its directory") {
   temp_dir dir;
   auto nested = (dir.path / "a" / "b").string();

@@ -123,14 +123,22 @@ class file_store : public rendezvous_store {
   }
 
  private:
-  // Keys may contain '/' (prefix stores): flatten them into one file name.
+  // Keys may contain '/' (prefix stores): one file name per key, every
+  // other byte as %XX so that no two keys share a file (flattening each to
+  // a plain '%' made "a/b" and "a:b" one key).
   std::filesystem::path path_of(const std::string& key) const {
+    static constexpr char hex[] = "0123456789ABCDEF";
     std::string name;
-    for (char c : key)
-      name += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
-               c == '_' || c == '.')
-                ? c
-                : '%';
+    for (char c : key) {
+      auto byte = static_cast<unsigned char>(c);
+      if (std::isalnum(byte) || c == '-' || c == '_' || c == '.') {
+        name += c;
+      } else {
+        name += '%';
+        name += hex[byte >> 4];
+        name += hex[byte & 0xf];
+      }
+    }
     return dir_ / name;
   }
 
