@@ -462,6 +462,9 @@ TEST_CASE("groups given one store form at the same time without taking "
       auto results = test::run_threads(4, [&](int thread, rank_log& log) {
         auto name = "one-store-" + backend + "-" + std::to_string(thread / 2);
         int rank = thread % 2;
+        // Both rank 0s publish their formations first: a follower that
+        // could read the other group's would, whichever wrote last.
+        if (rank == 1) std::this_thread::sleep_for(300ms);
         col::init_collective_group(2, rank, backend, name,
                                    test::group_options(store, 10s));
         expect_usable(log, name, 2, rank);
