@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -140,6 +142,22 @@ await_answer(caf::scoped_actor& self, const caf::strong_actor_ptr& dest,
       return failure;
     }
   }
+}
+
+/// The answer to a request about object `ref` (`request`: "release", ...)
+/// whose target went away first: `outcome` may or may not have happened.
+/// The relay's answer and the blocking calls' error alike.
+inline std::function<caf::error(const caf::error&)>
+lost_object_request(const object_ref& ref, const char* request,
+                    const char* outcome) {
+  return
+    [id = ref.id, node = ref.node, request, outcome](const caf::error& why) {
+      return make_error(
+        errc::aborted,
+        std::string{request} + " of object " + std::to_string(id) +
+          " of node " + node + ": the actor asked went away (" + render(why) +
+          ") before it answered: whether " + outcome + " is unknown");
+    };
 }
 
 /// Sends `xs` to `dest` (a driver or member handle, typed or not) and waits

@@ -67,36 +67,25 @@ caf::expected<op_result> run(caf::scoped_actor& self, const driver_api& driver,
   return detail::blocking_op(self, driver, std::move(req), std::nullopt);
 }
 
-namespace {
-
-// An error of a request about `ref` that does not name it yet (the driver
-// or its node went away before it answered) names it, as the relay's do.
-caf::error naming(const char* what, const object_ref& ref, caf::error err) {
-  if (!err || !is_collective_error(err)) return err;
-  auto detail = detail_of(err);
-  if (detail.find("object " + std::to_string(ref.id)) != std::string::npos)
-    return err;
-  return make_error(code_of(err), std::string{what} + " of object " +
-                                    std::to_string(ref.id) + " of node " +
-                                    ref.node + ": " + detail);
-}
-
-} // namespace
-
+// A driver on another node that goes away first: the error names the
+// object, as the relay's answer does.
 caf::error release(caf::scoped_actor& self, const driver_api& driver,
                    const object_ref& ref) {
-  return naming("release", ref,
-                detail::blocking_request(
-                  self, driver, std::nullopt, error_context{},
-                  [](caf::ok_atom) {}, release_atom::value, ref));
+  auto pending = self->request(driver, caf::infinite, release_atom::value, ref);
+  return detail::await_answer(
+    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
+    std::nullopt, [](caf::ok_atom) {},
+    detail::lost_object_request(ref, "release", "the object was released"));
 }
 
 caf::error hand_over(caf::scoped_actor& self, const driver_api& driver,
                      const object_ref& ref, const caf::actor_addr& to) {
-  return naming("hand-over", ref,
-                detail::blocking_request(
-                  self, driver, std::nullopt, error_context{},
-                  [](caf::ok_atom) {}, hand_atom::value, ref, to));
+  auto pending =
+    self->request(driver, caf::infinite, hand_atom::value, ref, to);
+  return detail::await_answer(
+    self, caf::actor_cast<caf::strong_actor_ptr>(driver), pending.id(),
+    std::nullopt, [](caf::ok_atom) {},
+    detail::lost_object_request(ref, "hand over", "the object changed hands"));
 }
 
 } // namespace caf_collective

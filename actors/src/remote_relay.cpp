@@ -135,21 +135,6 @@ caf::result<Result> forward(relay_actor* self, const caf::actor& target,
   return rp;
 }
 
-// The answer to a request about object `ref` (`request`: "release", ...)
-// whose target went away first: `outcome` may or may not have happened.
-std::function<caf::error(const caf::error&)>
-lost_object_request(const object_ref& ref, const char* request,
-                    const char* outcome) {
-  return
-    [id = ref.id, node = ref.node, request, outcome](const caf::error& why) {
-      return make_error(
-        errc::aborted,
-        std::string{request} + " of object " + std::to_string(id) +
-          " of node " + node + ": the actor asked went away (" + render(why) +
-          ") before it answered: whether " + outcome + " is unknown");
-    };
-}
-
 caf::behavior relay(relay_actor* self, caf::actor target, pair_key key,
                     record_ptr record) {
   self->state.me = caf::actor_cast<caf::actor>(self);
