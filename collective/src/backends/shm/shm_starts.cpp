@@ -46,10 +46,9 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
       hub_->fail(rank_, errc::aborted, "backend aborted: " + abort_reason_);
     return true;
   }
-  if (seg_.header().abort_mark.load(std::memory_order_seq_cst) != 0) {
+  if (auto mark = first_aborter(); mark.rank >= 0) {
     // A peer aborted since can_start: its fail_all could not see this op,
     // and no finisher may come. End it as fail_all would have.
-    auto mark = first_aborter();
     if (hub_->claim(rank_, target))
       hub_->fail_aborted(rank_, -1, mark.rank, mark.code);
     return true;
