@@ -529,6 +529,34 @@ TEST_CASE("a group formed again with another world size on the same store "
   }
 }
 
+TEST_CASE("a group formed again after a refused formation forms even when "
+          "its follower comes first") {
+  // The refusal of the first formation stays in the store: the follower of
+  // the second must not take it for its own.
+  for (std::string backend : {"gloo", "shm"}) {
+    CAPTURE(backend);
+    auto name = "refused-then-" + backend;
+    auto store = col::make_in_process_store();
+    auto first = test::run_threads(2, [&](int rank, rank_log& log) {
+      expect_error(log, "init", col::errc::invalid_argument,
+                   {"disagree on its world size"}, [&] {
+                     col::init_collective_group(
+                       rank == 0 ? 2 : 3, rank, backend, name,
+                       test::group_options(store, 5s));
+                   });
+    });
+    test::check_ranks(first);
+    auto second = test::run_threads(2, [&](int rank, rank_log& log) {
+      if (rank == 0) std::this_thread::sleep_for(500ms);
+      col::init_collective_group(2, rank, backend, name,
+                                 test::group_options(store, 10s));
+      expect_usable(log, name, 2, rank);
+      col::destroy_collective_group(name);
+    });
+    test::check_ranks(second);
+  }
+}
+
 TEST_CASE("a per-op timeout longer than the group's holds for a small "
           "allreduce: a rank 3 s late within a 6 s op timeout is in time") {
   // The group's 2 s would have ended the op; small allreduces run Gloo's

@@ -90,29 +90,39 @@ std::string waiting_key(const std::string& formation) {
   return prefix_of(formation) + "/waiting";
 }
 
-// Set by rank 0 when it refuses the formation: the reason, for the ranks
-// waiting to be admitted.
-std::string refusal_key(const std::string& formation) {
-  return prefix_of(formation) + "/refused";
-}
-
-// The current key's value: the formation's name and rank 0's world size.
-// A join's value: the rank's token, or, from a rank whose world size
-// differs from rank 0's, this marker and its world size.
+// The current key's value: "F W", the formation's name and rank 0's world
+// size, or "F !why" once rank 0 refused that formation (the ranks that
+// joined it read why on their next look at the key). A join's value: the
+// rank's token, or, from a rank whose world size differs from rank 0's,
+// this marker and its world size.
 const std::string other_size_marker = "world-size ";
 
 std::string current_value(const std::string& formation, int world_size) {
   return formation + " " + std::to_string(world_size);
 }
 
-// "F W" -> {F, W}; W is 0 when missing or unreadable.
-std::pair<std::string, int> parse_current(const std::string& text) {
+std::string refused_value(const std::string& formation,
+                          const std::string& why) {
+  return formation + " !" + why;
+}
+
+struct current_formation {
+  std::string name;
+  int world_size = 0;  // 0 when refused, missing or unreadable
+  std::string refusal; // empty while the formation is live
+};
+
+current_formation parse_current(const std::string& text) {
   auto space = text.find(' ');
-  if (space == std::string::npos) return {text, 0};
-  int world_size = 0;
+  if (space == std::string::npos) return {text, 0, {}};
+  current_formation result{text.substr(0, space), 0, {}};
+  if (text.compare(space + 1, 1, "!") == 0) {
+    result.refusal = text.substr(space + 2);
+    return result;
+  }
   std::istringstream in{text.substr(space + 1)};
-  in >> world_size;
-  return {text.substr(0, space), world_size};
+  in >> result.world_size;
+  return result;
 }
 
 std::string sizes_differ(int rank, int size, int rank0_size) {
@@ -179,7 +189,8 @@ caf::expected<std::string> lead(rendezvous_store& store,
           auto why = sizes_differ(
             waiting[i], std::atoi(text.c_str() + other_size_marker.size()),
             seat.world_size);
-          (void)store.set(refusal_key(formation), bytes_of(why));
+          (void)store.set(current_key(seat),
+                          bytes_of(refused_value(formation, why)));
           return refused(seat, why);
         }
         tokens.push_back(std::move(text));
@@ -236,21 +247,26 @@ caf::expected<std::string> follow(rendezvous_store& store,
       return store_failure(seat, current.error());
     return never_joined(seat, {0}, current.error());
   }
-  auto [formation, rank0_size] = parse_current(text_of(*current));
+  auto seen = parse_current(text_of(*current));
+  // Whether the formation this rank joined was live when it read it: a
+  // refusal it finds later is then for it. One it read as refused may be
+  // left by an earlier attempt (the store outlives groups): it waits for
+  // rank 0's next formation instead.
+  bool joined_live = seen.refusal.empty();
   auto slice = milliseconds{2};
   for (;;) {
     // A rank given another world size than rank 0 tells rank 0, which
     // refuses the formation for everyone. It waits for that refusal rather
     // than failing at once: the name it read may be of an earlier
-    // formation of another size (the store outlives groups), and rank 0's
-    // current one may still come.
-    bool differs = rank0_size != seat.world_size;
+    // formation of another size, and rank 0's current one may still come.
+    bool differs = seen.world_size != seat.world_size;
     auto joined =
       differs ? other_size_marker + std::to_string(seat.world_size) : token;
-    if (auto err =
-          store.set_within(join_key(formation, seat.rank), bytes_of(joined),
-                           time_left_rounded_up(seat.deadline)))
-      return store_failure(seat, err);
+    if (joined_live)
+      if (auto err =
+            store.set_within(join_key(seen.name, seat.rank), bytes_of(joined),
+                             time_left_rounded_up(seat.deadline)))
+        return store_failure(seat, err);
     for (;;) {
       auto admitted =
         store.get(admission_key(token),
@@ -258,20 +274,29 @@ caf::expected<std::string> follow(rendezvous_store& store,
       if (admitted) return text_of(*admitted);
       if (!timed_out(admitted.error()))
         return store_failure(seat, admitted.error());
-      if (clock_type::now() >= seat.deadline)
-        return differs ? refused(seat, sizes_differ(seat.rank, seat.world_size,
-                                                    rank0_size))
-                       : not_admitted(store, seat, formation, admitted.error());
+      if (clock_type::now() >= seat.deadline) {
+        if (!seen.refusal.empty())
+          return refused(seat, seen.refusal +
+                                 " (the formation rank 0 published last was "
+                                 "refused, and no other came)");
+        if (differs)
+          return refused(
+            seat, sizes_differ(seat.rank, seat.world_size, seen.world_size));
+        return not_admitted(store, seat, seen.name, admitted.error());
+      }
       slice = std::min(2 * slice, milliseconds{100});
-      if (auto why = store.get(refusal_key(formation), 0ms))
-        return refused(seat, text_of(*why) + " (rank 0 refused the formation)");
       auto now_current = store.get(current_key(seat), 0ms);
       if (!now_current) return store_failure(seat, now_current.error());
-      auto [now_formation, now_size] = parse_current(text_of(*now_current));
-      if (now_formation != formation) {
-        formation = now_formation;
-        rank0_size = now_size;
+      auto now = parse_current(text_of(*now_current));
+      if (now.name != seen.name) {
+        seen = std::move(now);
+        joined_live = seen.refusal.empty();
         break; // join again, under rank 0's new name
+      }
+      if (!now.refusal.empty()) {
+        if (joined_live)
+          return refused(seat, now.refusal + " (rank 0 refused the formation)");
+        seen.refusal = std::move(now.refusal);
       }
     }
   }

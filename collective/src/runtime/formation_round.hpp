@@ -36,7 +36,9 @@ struct formation_seat {
 /// token. A rank that read F of an earlier formation re-reads it until rank
 /// 0's current one comes: its token is admitted only under the current F.
 /// Rank 0 admits ranks as they come and returns once all were admitted; the
-/// others return once admitted. Returns `store` with the prefix
+/// others return once admitted. A rank given another world size than rank
+/// 0's makes rank 0 refuse the formation (invalid_argument on every rank
+/// that joined it). Returns `store` with the prefix
 /// "formation/F", or a timeout naming the ranks that never joined (rank 0)
 /// or rank 0 (the others). Errors of the store (an abort, a broken
 /// connection) keep their code and words: give it a cancelable store
