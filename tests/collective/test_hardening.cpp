@@ -540,9 +540,9 @@ TEST_CASE("a group formed again after a refused formation forms even when "
     auto first = test::run_threads(2, [&](int rank, rank_log& log) {
       expect_error(log, "init", col::errc::invalid_argument,
                    {"disagree on its world size"}, [&] {
-                     col::init_collective_group(
-                       rank == 0 ? 2 : 3, rank, backend, name,
-                       test::group_options(store, 5s));
+                     col::init_collective_group(rank == 0 ? 2 : 3, rank,
+                                                backend, name,
+                                                test::group_options(store, 5s));
                    });
     });
     test::check_ranks(first);
@@ -554,6 +554,60 @@ TEST_CASE("a group formed again after a refused formation forms even when "
       col::destroy_collective_group(name);
     });
     test::check_ranks(second);
+  }
+}
+
+TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
+          "on its own and a later attempt still forms") {
+  // Rank 0 refuses before the formation round (here an unknown backend; on
+  // a GPU machine also an NCCL device it lacks). Before: it published
+  // nothing, and the others failed at their deadline with "rank 0 never
+  // joined".
+  for (std::string backend : {"gloo", "shm"}) {
+    CAPTURE(backend);
+    auto name = "refused-alone-" + backend;
+    auto store = col::make_in_process_store();
+    auto waiting = test::run_threads(3, [&](int rank, rank_log& log) {
+      if (rank == 0) {
+        std::this_thread::sleep_for(300ms); // the others wait already
+        expect_error(log, "rank 0", col::errc::invalid_argument,
+                     {"unknown backend 'bogus'"}, [&] {
+                       col::init_collective_group(
+                         3, 0, "bogus", name, test::group_options(store, 10s));
+                     });
+        return;
+      }
+      auto start = std::chrono::steady_clock::now();
+      expect_error(
+        log, "follower", col::errc::invalid_argument,
+        {name, "rank 0 could not create the group", "unknown backend 'bogus'"},
+        [&] {
+          col::init_collective_group(3, rank, backend, name,
+                                     test::group_options(store, 10s));
+        });
+      log.expect(std::chrono::steady_clock::now() - start < 5s,
+                 "the follower waited for its deadline");
+    });
+    test::check_ranks(waiting);
+    // One that comes after the refusal cannot tell it from one left by an
+    // earlier attempt: it waits for a formation, and quotes it at the end.
+    auto late = test::run_threads(1, [&](int, rank_log& log) {
+      expect_error(log, "late follower", col::errc::invalid_argument,
+                   {"rank 0 could not create the group", "no other came"}, [&] {
+                     col::init_collective_group(2, 1, backend, name,
+                                                test::group_options(store, 1s));
+                   });
+    });
+    test::check_ranks(late);
+    // And a corrected attempt forms, its follower coming first.
+    auto again = test::run_threads(2, [&](int rank, rank_log& log) {
+      if (rank == 0) std::this_thread::sleep_for(300ms);
+      col::init_collective_group(2, rank, backend, name,
+                                 test::group_options(store, 10s));
+      expect_usable(log, name, 2, rank);
+      col::destroy_collective_group(name);
+    });
+    test::check_ranks(again);
   }
 }
 

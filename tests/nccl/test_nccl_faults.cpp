@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime/backend_factory.hpp"
 #include "nccl_test_support.hpp"
+#include "runtime/backend_factory.hpp"
 
 using namespace nccl_test;
 
@@ -119,7 +119,9 @@ TEST_CASE("formation fails with timeout when the other rank never comes") {
     REQUIRE_FALSE(g);
     CHECK(col::code_of(g.error()) == col::errc::timeout);
     CHECK(took < 20s);
-    if (rank == 1) CHECK(mentions(g.error(), "unique id"));
+    // Rank 1 waits for rank 0's formation, before any key of NCCL's.
+    if (rank == 1) CHECK(mentions(g.error(), "rank 0 never joined"));
+    if (rank == 0) CHECK(mentions(g.error(), "rank 1 never joined"));
   }
 }
 
@@ -135,15 +137,22 @@ TEST_CASE("a rank learns at once that rank 0 could not form the group") {
   bad.store = store;
   bad.timeout = 10s;
   bad.cuda_device = gpu_count();
-  auto root = col::group::create(bad);
-  REQUIRE_FALSE(root);
-  CHECK(col::code_of(root.error()) == col::errc::invalid_argument);
   auto other = bad;
   other.rank = 1;
   other.cuda_device = 0;
+  // Rank 1 waits already when rank 0 refuses: it fails at once, quoting it.
+  std::thread root{[&] {
+    std::this_thread::sleep_for(300ms);
+    auto refused = col::group::create(bad);
+    CHECK_FALSE(refused);
+    if (!refused)
+      CHECK(col::code_of(refused.error()) == col::errc::invalid_argument);
+  }};
   auto start = clock_type::now();
   auto g = col::group::create(other);
+  root.join();
   REQUIRE_FALSE(g);
   CHECK(clock_type::now() - start < 5s);
   CHECK(mentions(g.error(), "rank 0 could not create"));
+  CHECK(mentions(g.error(), "CUDA device"));
 }

@@ -190,6 +190,41 @@ TEST_CASE("bitwise reduce ops are refused, naming backend, op and dtype") {
   CHECK(host_values(x) == std::vector<double>(4, 2));
 }
 
+TEST_CASE("overlapping CUDA buffers are refused and the in-place forms run") {
+  if (!gpu_present()) return;
+  auto g = solo_group("nccl_overlap");
+  const auto f32 = col::dtype::float32;
+  auto values = pattern(f32, 12);
+  auto area = cuda_tensor(f32, values);
+  auto at = [&](size_t first, size_t count) {
+    return area.view().slice(first, count);
+  };
+  auto refused = [&](const std::string& op, const col::work& w) {
+    CAPTURE(op);
+    auto err = w.wait();
+    CHECK(col::code_of(err) == col::errc::invalid_argument);
+    auto text = col::render(err);
+    CHECK(text.find("overlap") != std::string::npos);
+    CHECK(text.find(op) != std::string::npos);
+  };
+  // Device addresses overlap like host ones: refused before NCCL sees them
+  // (NCCL would read input it had already overwritten).
+  refused("allreduce", g->allreduce(at(0, 6), at(1, 6)));
+  refused("broadcast", g->broadcast(at(0, 6), at(2, 6)));
+  refused("reduce", g->reduce(at(0, 6), at(3, 6)));
+  refused("reduce_scatter", g->reduce_scatter(at(0, 6), at(3, 6)));
+  refused("scatter", g->scatter(at(0, 6), at(4, 6)));
+  refused("alltoall", g->alltoall(at(0, 6), at(5, 6)));
+  refused("allgather", g->allgather(at(1, 6), at(0, 6)));
+  CHECK(host_values(area) == values); // nothing was written
+  // The in-place forms: the same buffer, and (one rank) its own block.
+  CHECK(outcome(g->allreduce(at(0, 6), at(0, 6))) == "none");
+  CHECK(outcome(g->allgather(at(6, 6), at(6, 6))) == "none");
+  CHECK(outcome(g->gather(at(6, 6), at(6, 6))) == "none");
+  CHECK(host_values(area) == values);
+  CHECK_FALSE(g->broken());
+}
+
 TEST_CASE("host tensors are refused by the NCCL backend up front") {
   if (!gpu_present()) return;
   auto g = solo_group("nccl_host");

@@ -68,11 +68,34 @@ caf::error refused_here(const group_config& cfg) {
                       cfg.backend + "' (expected gloo, shm, nccl or auto)");
 }
 
+formation_seat seat_of(const group_config& cfg) {
+  formation_seat seat;
+  seat.group = cfg.name;
+  seat.rank = cfg.rank;
+  seat.world_size = cfg.world_size;
+  seat.timeout = cfg.timeout;
+  seat.deadline = std::chrono::steady_clock::now() + cfg.timeout;
+  return seat;
+}
+
 } // namespace
+
+void tell_followers_of_refusal(const group_config& cfg, const caf::error& why) {
+  if (cfg.name.empty() || cfg.world_size > max_world_size) return;
+  formation_seat seat; // no deadline: cfg.timeout may be out of range
+  seat.group = cfg.name;
+  seat.rank = cfg.rank;
+  seat.world_size = cfg.world_size;
+  seat.timeout = cfg.timeout;
+  refuse_before_formation(cfg.store, seat, detail_of(why));
+}
 
 caf::expected<backend_ptr> make_backend(const group_config& given,
                                         const std::atomic<bool>* cancel) {
-  if (auto err = refused_here(given)) return err;
+  if (auto err = refused_here(given)) {
+    tell_followers_of_refusal(given, err);
+    return err;
+  }
   // Every wait on the store (addresses, host identities, the segment's
   // name, NCCL's unique id) ends soon after the group is aborted.
   auto cfg = given;
@@ -83,12 +106,7 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
       cfg.store, cancel, "group '" + cfg.name + "' was aborted", cfg.timeout);
   // Every key the backend reads from here on is this formation's own.
   if (cfg.world_size > 1 && cfg.store) {
-    formation_seat seat;
-    seat.group = cfg.name;
-    seat.rank = cfg.rank;
-    seat.world_size = cfg.world_size;
-    seat.timeout = cfg.timeout;
-    seat.deadline = std::chrono::steady_clock::now() + cfg.timeout;
+    auto seat = seat_of(cfg);
     auto joined = join_formation(cfg.store, seat);
     if (!joined) return std::move(joined.error());
     cfg.store = std::move(*joined);
@@ -96,8 +114,7 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
   }
   if (cfg.backend == "gloo") return make_gloo_backend(cfg, op_timeout);
   if (cfg.backend == "shm") return shm::make_shm_backend(cfg, cancel);
-  if (cfg.backend == "auto")
-    return make_auto_backend(cfg, cancel, op_timeout);
+  if (cfg.backend == "auto") return make_auto_backend(cfg, cancel, op_timeout);
 #if CAF_COLLECTIVE_HAVE_NCCL
   return make_nccl_backend(cfg, cancel);
 #else

@@ -240,18 +240,27 @@ caf::error not_admitted(rendezvous_store& store, const formation_seat& seat,
 caf::expected<std::string> follow(rendezvous_store& store,
                                   const formation_seat& seat) {
   auto token = fresh_token();
-  auto current =
-    store.get(current_key(seat), time_left_rounded_up(seat.deadline));
+  // A value written after this rank first looked is rank 0's answer to this
+  // attempt; one already there may be left by an earlier attempt (the store
+  // outlives groups).
+  auto current = store.get(current_key(seat), 0ms);
+  bool written_since_first_look = false;
+  if (!current && timed_out(current.error())) {
+    written_since_first_look = true;
+    current = store.get(current_key(seat), time_left_rounded_up(seat.deadline));
+  }
   if (!current) {
     if (!timed_out(current.error()))
       return store_failure(seat, current.error());
     return never_joined(seat, {0}, current.error());
   }
   auto seen = parse_current(text_of(*current));
+  if (written_since_first_look && !seen.refusal.empty())
+    return refused(seat, seen.refusal + " (rank 0 refused the formation)");
   // Whether the formation this rank joined was live when it read it: a
   // refusal it finds later is then for it. One it read as refused may be
-  // left by an earlier attempt (the store outlives groups): it waits for
-  // rank 0's next formation instead.
+  // left by an earlier attempt: it waits for rank 0's next formation
+  // instead.
   bool joined_live = seen.refusal.empty();
   auto slice = milliseconds{2};
   for (;;) {
@@ -289,8 +298,11 @@ caf::expected<std::string> follow(rendezvous_store& store,
       if (!now_current) return store_failure(seat, now_current.error());
       auto now = parse_current(text_of(*now_current));
       if (now.name != seen.name) {
+        // Written while this rank watched: a refusal is for it.
+        if (!now.refusal.empty())
+          return refused(seat, now.refusal + " (rank 0 refused the formation)");
         seen = std::move(now);
-        joined_live = seen.refusal.empty();
+        joined_live = true;
         break; // join again, under rank 0's new name
       }
       if (!now.refusal.empty()) {
@@ -303,6 +315,20 @@ caf::expected<std::string> follow(rendezvous_store& store,
 }
 
 } // namespace
+
+void refuse_before_formation(const rendezvous_store_ptr& store,
+                             const formation_seat& seat,
+                             const std::string& why) {
+  if (seat.rank != 0 || seat.world_size < 2 || !store) return;
+  // A fresh name, so that no rank takes it for a refusal left earlier. Best
+  // effort and short: rank 0's own error must not wait on the store.
+  auto bound = std::clamp(seat.timeout, milliseconds{1}, milliseconds{1000});
+  (void)store->set_within(
+    current_key(seat),
+    bytes_of(refused_value(fresh_token(),
+                           "rank 0 could not create the group: " + why)),
+    bound);
+}
 
 caf::expected<rendezvous_store_ptr>
 join_formation(const rendezvous_store_ptr& store, const formation_seat& seat) {

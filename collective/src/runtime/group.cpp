@@ -98,7 +98,10 @@ void group::abort_off_thread(std::shared_ptr<group> g, std::string why) {
 
 caf::expected<std::shared_ptr<group>> group::make(group_config cfg,
                                                   work* formed) {
-  if (auto err = detail::validate_config(cfg)) return err;
+  if (auto err = detail::validate_config(cfg)) {
+    detail::tell_followers_of_refusal(cfg, err);
+    return err;
+  }
   std::shared_ptr<group> self{new group(std::move(cfg))};
   auto state = std::make_shared<detail::work_state>(0);
   self->lane_->post([self, state] {
