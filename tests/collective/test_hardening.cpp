@@ -611,6 +611,41 @@ TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
   }
 }
 
+TEST_CASE("ranks forming a group learn at once that another rank refused it "
+          "on its own") {
+  // Rank 1 refuses alone after rank 0 published its formation. Before:
+  // rank 0 and rank 2 waited for it until their deadline ("rank 1 never
+  // joined").
+  for (std::string backend : {"gloo", "shm"}) {
+    CAPTURE(backend);
+    auto name = "follower-refused-" + backend;
+    auto store = col::make_in_process_store();
+    auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+      auto start = std::chrono::steady_clock::now();
+      if (rank == 1) {
+        std::this_thread::sleep_for(300ms); // rank 0 has published
+        expect_error(log, "rank 1", col::errc::invalid_argument,
+                     {"unknown backend 'bogus'"}, [&] {
+                       col::init_collective_group(
+                         3, 1, "bogus", name, test::group_options(store, 10s));
+                     });
+        return;
+      }
+      expect_error(
+        log, "rank " + std::to_string(rank), col::errc::invalid_argument,
+        {name, "rank 1 could not create the group", "unknown backend 'bogus'"},
+        [&] {
+          col::init_collective_group(3, rank, backend, name,
+                                     test::group_options(store, 10s));
+        });
+      log.expect(std::chrono::steady_clock::now() - start < 5s,
+                 "waited for the deadline");
+    });
+    test::check_ranks(results);
+    CHECK(test::shm_leftovers(name).empty());
+  }
+}
+
 TEST_CASE("a per-op timeout longer than the group's holds for a small "
           "allreduce: a rank 3 s late within a 6 s op timeout is in time") {
   // The group's 2 s would have ended the op; small allreduces run Gloo's

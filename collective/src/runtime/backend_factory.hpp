@@ -22,11 +22,10 @@ caf::expected<backend_ptr>
 make_backend(const group_config& cfg,
              const std::atomic<bool>* cancel = nullptr);
 
-/// Rank 0 that refused `cfg` on its own, before waiting for the others:
-/// publishes `why` where the other ranks wait for its formation, so that
-/// they fail naming it rather than "rank 0 never joined" at their deadline
-/// (formation_round.hpp). Does nothing for other ranks or a config without
-/// a store.
+/// A rank that refused `cfg` on its own, before waiting for the others:
+/// tells them why where they wait for the formation, so that they fail
+/// naming it rather than "rank N never joined" at their deadline
+/// (refuse_before_formation in formation_round.hpp).
 void tell_followers_of_refusal(const group_config& cfg, const caf::error& why);
 
 /// Forms a Gloo context over cfg.store (blocks until all ranks joined or

@@ -96,6 +96,8 @@ std::string waiting_key(const std::string& formation) {
 // rank's token, or, from a rank whose world size differs from rank 0's,
 // this marker and its world size.
 const std::string other_size_marker = "world-size ";
+// A join's value from a rank that refused the group on its own: why.
+const std::string own_refusal_marker = "refused ";
 
 std::string current_value(const std::string& formation, int world_size) {
   return formation + " " + std::to_string(world_size);
@@ -189,6 +191,14 @@ caf::expected<std::string> lead(rendezvous_store& store,
           auto why = sizes_differ(
             waiting[i], std::atoi(text.c_str() + other_size_marker.size()),
             seat.world_size);
+          (void)store.set(current_key(seat),
+                          bytes_of(refused_value(formation, why)));
+          return refused(seat, why);
+        }
+        if (text.rfind(own_refusal_marker, 0) == 0) {
+          auto why = "rank " + std::to_string(waiting[i]) +
+                     " could not create the group: " +
+                     text.substr(own_refusal_marker.size());
           (void)store.set(current_key(seat),
                           bytes_of(refused_value(formation, why)));
           return refused(seat, why);
@@ -319,15 +329,28 @@ caf::expected<std::string> follow(rendezvous_store& store,
 void refuse_before_formation(const rendezvous_store_ptr& store,
                              const formation_seat& seat,
                              const std::string& why) {
-  if (seat.rank != 0 || seat.world_size < 2 || !store) return;
-  // A fresh name, so that no rank takes it for a refusal left earlier. Best
-  // effort and short: rank 0's own error must not wait on the store.
+  if (seat.world_size < 2 || !store) return;
+  // Best effort and short: the rank's own error must not wait on the store.
   auto bound = std::clamp(seat.timeout, milliseconds{1}, milliseconds{1000});
-  (void)store->set_within(
-    current_key(seat),
-    bytes_of(refused_value(fresh_token(),
-                           "rank 0 could not create the group: " + why)),
-    bound);
+  if (seat.rank == 0) {
+    // A fresh name, so that no rank takes it for a refusal left earlier.
+    (void)store->set_within(
+      current_key(seat),
+      bytes_of(refused_value(fresh_token(),
+                             "rank 0 could not create the group: " + why)),
+      bound);
+    return;
+  }
+  // Another rank tells a formation rank 0 has published already; rank 0
+  // refuses it for everyone. (If rank 0 comes later, it names this rank as
+  // never joined at its deadline: a note left for it could not be told
+  // from an earlier attempt's.)
+  auto current = store->get(current_key(seat), 0ms);
+  if (!current) return;
+  auto seen = parse_current(text_of(*current));
+  if (!seen.refusal.empty()) return;
+  (void)store->set_within(join_key(seen.name, seat.rank),
+                          bytes_of(own_refusal_marker + why), bound);
 }
 
 caf::expected<rendezvous_store_ptr>

@@ -46,12 +46,14 @@ struct formation_seat {
 caf::expected<rendezvous_store_ptr>
 join_formation(const rendezvous_store_ptr& store, const formation_seat& seat);
 
-/// Rank 0 that refused a group on its own, before the round (an unknown
-/// backend, no usable CUDA device): publishes `why` as its refusal under a
-/// fresh formation name, so that the ranks already waiting for its
-/// formation fail at once quoting it, and those that come later quote it
-/// at their deadline (they cannot tell it from a refusal left by an earlier
-/// attempt). Does nothing for other ranks; waits at most 1 s on the store.
+/// A rank that refused a group on its own, before the round (an unknown
+/// backend, no usable CUDA device). Rank 0 publishes `why` as its refusal
+/// under a fresh formation name: the ranks already waiting for its
+/// formation fail at once quoting it, those that come later quote it at
+/// their deadline (they cannot tell it from a refusal left by an earlier
+/// attempt). Another rank tells the formation rank 0 has published, if
+/// any: rank 0 then refuses it for every rank, naming this one. Waits at
+/// most 1 s on the store.
 void refuse_before_formation(const rendezvous_store_ptr& store,
                              const formation_seat& seat,
                              const std::string& why);
