@@ -26,7 +26,11 @@ inline constexpr std::string_view default_group_name = "default";
 /// Binds the calling thread to its own table of groups for the lifetime of
 /// the object, so one thread acts as one member. Destroying the scope
 /// destroys the groups still initialized in it, as destroy_collective_group
-/// does: handles kept from get_group() run nothing more.
+/// does: handles kept from get_group() run nothing more. Scopes of one
+/// thread nest: the newest one alive is the thread's table, whatever order
+/// they end in. A scope must end on the thread that made it (another
+/// thread's ending it terminates the process with a message: that thread
+/// would go on using a table that no longer exists).
 class member_scope {
  public:
   member_scope();
@@ -38,7 +42,10 @@ class member_scope {
 
  private:
   std::unique_ptr<table> table_;
-  table* previous_;
+  /// The scope this one nests in on its thread (null: the process table).
+  member_scope* outer_;
+  /// Marks the thread that made it (a thread-local variable's address).
+  const void* thread_;
 };
 
 struct init_options {

@@ -278,3 +278,25 @@ TEST_CASE("the end of a member_scope closes its groups, also those the "
   CHECK(col::code_of(err) == col::errc::aborted);
   CHECK(col::render(err).find("destroyed") != std::string::npos);
 }
+
+TEST_CASE("member_scopes of one thread may end in any order") {
+  // Before: ending the outer scope first made the thread use the process
+  // table while the inner one lived, and the inner one's end then made it
+  // use the outer scope's freed table.
+  auto outer = std::make_unique<col::member_scope>();
+  col::init_collective_group(1, 0, "gloo", "scope-outer");
+  auto inner = std::make_unique<col::member_scope>();
+  col::init_collective_group(1, 0, "gloo", "scope-inner");
+  CHECK_FALSE(col::is_group_initialized("scope-outer"));
+  outer.reset();
+  // The inner scope is still this thread's table.
+  CHECK(col::is_group_initialized("scope-inner"));
+  CHECK_FALSE(col::is_group_initialized("scope-outer"));
+  inner.reset();
+  // Now the process table: neither scope's groups, and it works.
+  CHECK_FALSE(col::is_group_initialized("scope-inner"));
+  CHECK_FALSE(col::is_group_initialized("scope-outer"));
+  col::init_collective_group(1, 0, "gloo", "scope-process");
+  CHECK(col::is_group_initialized("scope-process"));
+  col::destroy_collective_group("scope-process");
+}

@@ -3,6 +3,7 @@
 // system's registry; and the failures that must reach every rank (a type
 // that is not registered, bytes that do not deserialize, a bad root).
 // Ranks as threads; processes and a dying rank: test_object_processes.cpp.
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -61,6 +62,18 @@ typename Inspector::result_type inspect(Inspector& f, claims_sequence& x) {
   if (auto err = f.end_sequence()) return err;
   x.claimed = size;
   return {};
+}
+
+// Its inspect throws something that is no std::exception when `explode`.
+struct throws_unknown {
+  bool explode = false;
+  int32_t value = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, throws_unknown& x) {
+  if (x.explode) throw 42;
+  return f(caf::meta::type_name("throws_unknown"), x.value);
 }
 
 } // namespace objtest
@@ -427,6 +440,42 @@ TEST_CASE("an object with a sequence too long to serialize fails every rank") {
                   "4294967296 elements"},
                  [&] { col::allgather_object(mine, "obj-too-long"); });
     expect_usable(log, "obj-too-long", 3, rank);
+  });
+}
+
+TEST_CASE("an inspect that throws what is no std::exception fails every rank "
+          "at once") {
+  // Before: it escaped the throwing rank naming nothing, and the others
+  // waited for their timeout (20 s here).
+  run_ranks(3, "obj-throws", [](int rank, rank_log& log) {
+    objtest::throws_unknown mine{rank == 1, rank};
+    auto start = std::chrono::steady_clock::now();
+    expect_error(log, "allgather_object", col::errc::invalid_argument,
+                 {"obj-throws", "allgather_object", "rank(s) [1]",
+                  "exception of unknown type"},
+                 [&] { col::allgather_object(mine, "obj-throws"); });
+    log.expect(std::chrono::steady_clock::now() - start < 10s,
+               "waited for the timeout");
+    expect_usable(log, "obj-throws", 3, rank);
+  });
+}
+
+TEST_CASE("a std::vector<bool> of many elements moves") {
+  // CAF packs it eight elements to a byte after a length in elements: the
+  // reader's bound on a sequence's length refused more than about 75000.
+  run_ranks(2, "obj-bits", [](int rank, rank_log& log) {
+    std::vector<bool> mask(200000 + static_cast<size_t>(rank));
+    for (size_t i = 0; i < mask.size(); ++i)
+      mask[i] = (i * 7 + static_cast<size_t>(rank)) % 3 == 0;
+    auto all = col::allgather_object(mask, "obj-bits");
+    log.expect(all.size() == 2, "not one mask per rank");
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+      bool same = all[r].size() == 200000 + static_cast<size_t>(r);
+      for (size_t i = 0; same && i < all[r].size(); ++i)
+        same = all[r][i] == ((i * 7 + static_cast<size_t>(r)) % 3 == 0);
+      log.expect(same, "mask of rank " + std::to_string(r));
+    }
+    log.checks += all.size();
   });
 }
 

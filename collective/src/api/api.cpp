@@ -2,6 +2,8 @@
 // asynchronous wrappers around group's operations.
 #include "caf_collective/api.hpp"
 
+#include <cstdio>
+#include <exception>
 #include <map>
 #include <mutex>
 
@@ -26,6 +28,8 @@ member_scope::table& process_table() {
 }
 
 thread_local member_scope::table* current_table = nullptr;
+// The newest member_scope alive on this thread; its table is current_table.
+thread_local member_scope* innermost_scope = nullptr;
 
 member_scope::table& table_of_caller() {
   return current_table != nullptr ? *current_table : process_table();
@@ -106,12 +110,33 @@ void run_blocking(Submit submit) {
 } // namespace
 
 member_scope::member_scope()
-  : table_(std::make_unique<table>()), previous_(current_table) {
+  : table_(std::make_unique<table>()), outer_(innermost_scope),
+    thread_(&innermost_scope) {
+  innermost_scope = this;
   current_table = table_.get();
 }
 
 member_scope::~member_scope() {
-  current_table = previous_;
+  if (thread_ != &innermost_scope) {
+    std::fputs("caf_collective: a member_scope ended on another thread than "
+               "the one it binds; that thread would go on using its freed "
+               "table of groups\n",
+               stderr);
+    std::terminate();
+  }
+  // Unlinked wherever it is: a scope that ends before a newer one of its
+  // thread leaves that one the thread's table.
+  if (innermost_scope == this) {
+    innermost_scope = outer_;
+  } else {
+    for (auto* inner = innermost_scope; inner != nullptr; inner = inner->outer_)
+      if (inner->outer_ == this) {
+        inner->outer_ = outer_;
+        break;
+      }
+  }
+  current_table =
+    innermost_scope != nullptr ? innermost_scope->table_.get() : nullptr;
   // Closed as destroy_collective_group would: a group the caller still
   // holds (get_group) refuses its later ops instead of running them against
   // peers that are gone, and its lanes and connections end here, not on

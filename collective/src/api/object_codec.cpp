@@ -14,9 +14,13 @@ namespace caf_collective::detail {
 
 namespace {
 
-// A sequence may claim this many elements beyond the bytes that remain:
-// elements can take zero bytes (empty structs), but not millions of them.
+// A sequence may claim this many elements beyond what the bytes that
+// remain can hold: elements can take zero bytes (empty structs), but not
+// millions of them.
 constexpr size_t sequence_slack = 1 << 16;
+// The most elements one byte holds: CAF packs std::vector<bool> eight to a
+// byte, after a length that counts bits.
+constexpr size_t elements_per_byte = 8;
 
 // Never registered anywhere: CAF's answer for its name is the name CAF
 // gives every unregistered type.
@@ -73,7 +77,7 @@ bounded_deserializer::bounded_deserializer(caf::execution_unit* ctx,
 
 caf::error bounded_deserializer::begin_sequence(size_t& size) {
   if (auto err = inner_.begin_sequence(size)) return err;
-  if (size > inner_.remaining() + sequence_slack)
+  if (size > elements_per_byte * inner_.remaining() + sequence_slack)
     return make_error(errc::mismatch,
                       "a sequence claims " + std::to_string(size) +
                         " elements but only " +
