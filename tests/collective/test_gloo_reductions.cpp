@@ -2,6 +2,9 @@
 // reduce op, world size and count, in place and out of place, against the
 // reference the test computes itself (test_support.hpp).
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -521,4 +524,80 @@ TEST_CASE("integer avg forms the sum exactly before dividing with 3 ranks") {
 
 TEST_CASE("integer avg forms the sum exactly before dividing with 7 ranks") {
   integer_avg_overflow(7);
+}
+
+// -- NaN and signed zeros in min and max -------------------------------------
+
+namespace {
+
+/// Element p < world: NaN on rank p, p + 1 elsewhere; then +0 on rank 0
+/// and -0 elsewhere, -0 on rank 0 and +0 elsewhere, and rank + 1.
+template<class T>
+std::vector<T> nan_and_zero_pattern(int world, int rank, size_t repeats) {
+  std::vector<T> one;
+  for (int p = 0; p < world; ++p)
+    one.push_back(p == rank ? std::numeric_limits<T>::quiet_NaN() : T(p + 1));
+  one.push_back(rank == 0 ? T(0) : -T(0));
+  one.push_back(rank == 0 ? -T(0) : T(0));
+  one.push_back(T(rank + 1));
+  std::vector<T> all;
+  for (size_t i = 0; i < repeats; ++i)
+    all.insert(all.end(), one.begin(), one.end());
+  return all;
+}
+
+template<class T>
+void check_nan_and_zeros(rank_log& log, int world, col::reduce_op op,
+                         const std::vector<T>& got, const std::string& what) {
+  const auto width = static_cast<size_t>(world) + 3;
+  const auto nan = std::numeric_limits<T>::quiet_NaN();
+  bool is_min = op == col::reduce_op::min;
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    auto at = i % width;
+    // Every rank's NaN survives, as one quiet NaN: the same bits anywhere.
+    if (at < static_cast<size_t>(world))
+      wrong += std::memcmp(&got[i], &nan, sizeof(T)) != 0;
+    else if (at < width - 1) // min prefers -0, max +0, whoever holds it
+      wrong += got[i] != T(0) || std::signbit(got[i]) != is_min;
+    else
+      wrong += got[i] != (is_min ? T(1) : T(world));
+  }
+  log.expect(wrong == 0, what + ": " + std::to_string(wrong) + " of " +
+                           std::to_string(got.size()) + " elements wrong");
+  log.checks += got.size();
+}
+
+template<class T>
+void nan_and_zero_rounds(int world, col::dtype type) {
+  auto name = "nan-zero-" + std::string{col::to_string(type)} + "-" +
+              std::to_string(world);
+  test::run_group(world, name, [&](int rank, rank_log& log) {
+    // A few elements (Gloo's legacy ring with 2 ranks), and over 512 KiB.
+    for (size_t repeats : {size_t{1}, size_t{40000}}) {
+      for (auto op : {col::reduce_op::min, col::reduce_op::max}) {
+        auto x = nan_and_zero_pattern<T>(world, rank, repeats);
+        col::allreduce_options opts;
+        opts.op = op;
+        col::allreduce(col::view_of(x), name, opts);
+        check_nan_and_zeros(log, world, op, x,
+                            std::string{col::to_string(op)} + " of " +
+                              std::to_string(x.size()));
+      }
+    }
+  });
+}
+
+} // namespace
+
+TEST_CASE("float min and max give every rank the same bits whoever holds a "
+          "NaN or a signed zero") {
+  // Before: std::min and std::max kept their first operand, so with 2 ranks
+  // on Gloo's ring rank 0 got 1 and +0 where rank 1 got NaN and -0, and a
+  // NaN survived only on rank 0.
+  for (int world : {2, 3}) {
+    CAPTURE(world);
+    nan_and_zero_rounds<float>(world, col::dtype::float32);
+    nan_and_zero_rounds<double>(world, col::dtype::float64);
+  }
 }

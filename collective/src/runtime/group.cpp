@@ -415,7 +415,9 @@ work group::submit(op_kind op, caf::error validation, Fn body,
       return work::completed(
         0, make_error(errc::aborted, context(op, -1),
                       "the group was destroyed; this handle runs nothing "
-                      "more (initialize the group again)"));
+                      "more (initialize the group again and take a new "
+                      "handle from it: get_group, or prepare a persistent op "
+                      "again)"));
     // A blocking caller waits for the result anyway: when the lane is idle
     // it runs the operation itself, in order, saving two thread hand-offs.
     // Any other caller may still start an op that needs no waiting on its

@@ -1,6 +1,9 @@
 #include "backends/common/reduce_kernels.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "vocabulary/half.hpp"
@@ -46,16 +49,57 @@ struct op_product {
     return wrapping_mul(a, b);
   }
 };
+// Floating min and max as IEEE 754-2019's minimum and maximum: a NaN on any
+// rank gives NaN (one quiet NaN, whatever the payloads), and -0 is below +0.
+// Then the result does not depend on the operands' order: a ring, where
+// each rank reduces in its own order, gives every rank the same bits, and
+// no rank's NaN is dropped. (std::min and std::max return their first
+// operand for a NaN and for +0 against -0.) Written on the bits without
+// branches so that the loop still vectorizes: equal operands differ at most
+// in the sign of a zero, which OR (min) or AND (max) of the bits settles.
+template<class T>
+using bits_of = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+template<class T>
+T ordered_min(T a, T b) {
+  auto x = std::bit_cast<bits_of<T>>(a);
+  auto y = std::bit_cast<bits_of<T>>(b);
+  auto result = a < b ? x : y;
+  result = a == b ? (x | y) : result;
+  result = (a != a || b != b)
+             ? std::bit_cast<bits_of<T>>(std::numeric_limits<T>::quiet_NaN())
+             : result;
+  return std::bit_cast<T>(result);
+}
+
+template<class T>
+T ordered_max(T a, T b) {
+  auto x = std::bit_cast<bits_of<T>>(a);
+  auto y = std::bit_cast<bits_of<T>>(b);
+  auto result = a > b ? x : y;
+  result = a == b ? (x & y) : result;
+  result = (a != a || b != b)
+             ? std::bit_cast<bits_of<T>>(std::numeric_limits<T>::quiet_NaN())
+             : result;
+  return std::bit_cast<T>(result);
+}
+
 struct op_min {
   template<class T>
   static T apply(T a, T b) {
-    return std::min(a, b);
+    if constexpr (std::is_floating_point_v<T>)
+      return ordered_min(a, b);
+    else
+      return std::min(a, b);
   }
 };
 struct op_max {
   template<class T>
   static T apply(T a, T b) {
-    return std::max(a, b);
+    if constexpr (std::is_floating_point_v<T>)
+      return ordered_max(a, b);
+    else
+      return std::max(a, b);
   }
 };
 struct op_band {
