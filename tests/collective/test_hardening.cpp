@@ -249,6 +249,37 @@ TEST_CASE("after a legacy allreduce that one rank called empty, no rank's "
     500ms);
 }
 
+TEST_CASE("a forced legacy Gloo allreduce refuses an op timeout it cannot "
+          "keep and the group stays usable") {
+  // Gloo's legacy algorithms wait with the group's timeout. Before: a
+  // forced one with an op timeout of its own ran and ended at the group's.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "legacy-timeout",
+                               test::group_options(store, 5s));
+    for (auto algorithm : {col::allreduce_algorithm::ring,
+                           col::allreduce_algorithm::ring_chunked,
+                           col::allreduce_algorithm::halving_doubling}) {
+      col::allreduce_options opts;
+      opts.algorithm = algorithm;
+      opts.timeout = 2s;
+      std::vector<float> x(4, 1.0f);
+      expect_error(
+        log, "forced legacy", col::errc::invalid_argument,
+        {"legacy-timeout", "allreduce", "group's timeout (5000 ms)", "2000 ms"},
+        [&] { col::allreduce(col::view_of(x), "legacy-timeout", opts); });
+      log.expect(x[0] == 1.0f, "the refused op wrote its buffer");
+      // The group's own timeout, given or not, still runs it.
+      opts.timeout = 5s;
+      col::allreduce(col::view_of(x), "legacy-timeout", opts);
+      log.expect(x[0] == 2.0f, "legacy allreduce with the group's timeout");
+    }
+    expect_usable(log, "legacy-timeout", 2, rank);
+    col::destroy_collective_group("legacy-timeout");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("a small allreduce with the automatic algorithm runs Gloo's "
           "legacy algorithm as docs/algorithms.md says") {
   // Formation shrank the connections' timeout to the formation's time left,

@@ -76,6 +76,14 @@ bool is_legacy(allreduce_algorithm algorithm) {
          algorithm == allreduce_algorithm::halving_doubling;
 }
 
+const char* legacy_name(allreduce_algorithm algorithm) {
+  switch (algorithm) {
+    case allreduce_algorithm::ring: return "ring";
+    case allreduce_algorithm::ring_chunked: return "ring_chunked";
+    default: return "halving_doubling";
+  }
+}
+
 } // namespace
 
 cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
@@ -181,6 +189,20 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
 caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const allreduce_options& opts) {
+  // A forced legacy algorithm waits with the group's timeout whatever the
+  // op asks: refused before anything moves (every rank given the same
+  // options refuses alike) rather than ending early or late.
+  if (is_legacy(opts.algorithm) && world_size_ > 1 &&
+      call.timeout != context_->getTimeout())
+    return make_error(
+      errc::invalid_argument, context(op_kind::allreduce, call),
+      "allreduce algorithm " + std::string{legacy_name(opts.algorithm)} +
+        " waits with the group's timeout (" +
+        std::to_string(context_->getTimeout().count()) +
+        " ms) and cannot keep this op's " +
+        std::to_string(call.timeout.count()) +
+        " ms: pass no timeout, or the algorithm automatic, ring_options_api "
+        "or bcube");
   return guarded(op_kind::allreduce, call, [&] {
     auto count = in.numel();
     if (count == 0)
