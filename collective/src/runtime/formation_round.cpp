@@ -294,6 +294,9 @@ caf::expected<std::string> follow(rendezvous_store& store,
       if (!timed_out(admitted.error()))
         return store_failure(seat, admitted.error());
       if (clock_type::now() >= seat.deadline) {
+        // A refusal already there when this rank first looked may be an
+        // earlier attempt's, but far more often it is this one's, refused
+        // before this rank came (a peer given another size): quote it.
         if (!seen.refusal.empty())
           return refused(seat, seen.refusal +
                                  " (the formation rank 0 published last was "

@@ -52,8 +52,9 @@ join_formation(const rendezvous_store_ptr& store, const formation_seat& seat);
 /// formation fail at once quoting it, those that come later quote it at
 /// their deadline (they cannot tell it from a refusal left by an earlier
 /// attempt). Another rank tells the formation rank 0 has published, if
-/// any: rank 0 then refuses it for every rank, naming this one. Waits at
-/// most 1 s on the store.
+/// any: rank 0 then refuses it for every rank, naming this one. Asks the
+/// store to give up after 1 s (a TCP store adds its handshake floor and
+/// reply grace to that).
 void refuse_before_formation(const rendezvous_store_ptr& store,
                              const formation_seat& seat,
                              const std::string& why);

@@ -270,8 +270,13 @@ class tcp_store_client : public rendezvous_store {
     std::string why = "no attempt made";
     auto pause = milliseconds{5};
     int fd = -1;
+    // Each attempt may take the handshake floor: a get with no time to wait
+    // ("is the key there now?") must still reach a server across a network
+    // and answer, not fail for want of a round trip (a formation takes a
+    // missing key for an answer).
     for (;;) {
-      fd = try_open(deadline, why);
+      fd =
+        try_open(std::max(deadline, wire::clock::now() + handshake_floor), why);
       if (fd >= 0) break;
       auto now = wire::clock::now();
       if (now >= deadline)
