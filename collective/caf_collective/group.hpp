@@ -224,6 +224,13 @@ class group : public std::enable_shared_from_this<group> {
   /// The context errors of this member carry.
   error_context context(op_kind op, int64_t seq) const noexcept;
 
+  /// A call this rank refuses before it runs (a bad argument): it takes the
+  /// op's sequence number all the same, so that when its peers ran the op,
+  /// this rank's next op does not meet theirs (it would pair with it and
+  /// mix their data); the ranks then fail instead (Gloo: timeout, shm: out
+  /// of step). Returns a work completed with `why`.
+  work refuse(op_kind op, caf::error why);
+
   /// This member's last operations of this group (at most 16), oldest
   /// first: what ran, how long, what is still queued. Logged when an op
   /// times out; the actor layer's driver collects it from every rank.

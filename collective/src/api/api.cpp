@@ -94,11 +94,13 @@ work refuse_conflict(std::string_view group_name, op_kind op,
   error_context where;
   where.group = group_name;
   where.op = static_cast<int64_t>(op);
-  return work::completed(
-    0, make_error(errc::invalid_argument, where,
-                  std::string{argument} + " " + std::to_string(given) +
-                    " conflicts with options." + field + " " +
-                    std::to_string(in_options) + " (give it once)"));
+  auto why = make_error(errc::invalid_argument, where,
+                        std::string{argument} + " " + std::to_string(given) +
+                          " conflicts with options." + field + " " +
+                          std::to_string(in_options) + " (give it once)");
+  // Refused by the group, which numbers it like the op it refuses.
+  if (auto g = find_group(group_name)) return g->refuse(op, std::move(why));
+  return work::completed(0, std::move(why));
 }
 
 template<class Submit>

@@ -382,6 +382,15 @@ caf::error group::check_op_timeout(op_kind op, milliseconds timeout) const {
                       std::to_string(max_timeout.count()) + "] ms");
 }
 
+work group::refuse(op_kind op, caf::error why) {
+  bool p2p = op == op_kind::send || op == op_kind::recv;
+  {
+    std::lock_guard<std::mutex> guard{submit_mtx_};
+    (p2p ? next_p2p_seq_ : next_seq_)++;
+  }
+  return work::completed(0, std::move(why));
+}
+
 template<class Fn>
 work group::submit(op_kind op, caf::error validation, Fn body,
                    detail::lane& target) {
@@ -389,7 +398,7 @@ work group::submit(op_kind op, caf::error validation, Fn body,
   // costs calls into libcaf_core.)
   if (!validation && !timeout_allowed(body.timeout))
     validation = check_op_timeout(op, body.timeout);
-  if (validation) return work::completed(0, std::move(validation));
+  if (validation) return refuse(op, std::move(validation));
   std::shared_ptr<detail::work_state> state;
   bool p2p = op == op_kind::send || op == op_kind::recv;
   // The op as a lane task: it outlives this call, so it keeps copies of
@@ -426,12 +435,15 @@ work group::submit(op_kind op, caf::error validation, Fn body,
       run_here = target.try_claim();
       // On the lane's own thread (a completion callback) with ops queued,
       // the blocking caller would wait for the thread it runs on.
-      if (!run_here && target.on_lane())
+      // (No sequence number: unlike a bad argument, this call is about
+      // this rank's own timing, and its peers need not have made it.)
+      if (!run_here && target.on_lane()) {
         return work::completed(
           0, make_error(errc::invalid_argument, context(op, -1),
                         "a blocking op called on the group's own lane (from "
                         "a completion callback) while ops are queued there "
                         "would wait for itself; submit it async instead"));
+      }
     } else if constexpr (Fn::startable) {
       start_here = target.try_claim();
     }

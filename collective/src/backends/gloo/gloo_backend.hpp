@@ -186,6 +186,8 @@ class gloo_backend : public backend {
   scratch_buffer scratch_recv_;
   scratch_buffer scratch_avg_; // int64 avg's second pass (reduce_kernels)
   std::list<cached_allreduce> legacy_cache_;
+  /// The number the next collective has unless this rank refused one.
+  uint64_t next_collective_seq_ = 0;
   // The peer's address of each connection (as Gloo prints it) -> its rank;
   // filled once by warm_up.
   std::vector<std::pair<std::string, int>> peer_addresses_;
@@ -208,6 +210,16 @@ template<class Fn>
 caf::error gloo_backend::guarded(op_kind op, const op_call& call,
                                  Fn&& fn) noexcept {
   if (aborted_.load()) return aborted_error(op, call);
+  if (op != op_kind::send && op != op_kind::recv) {
+    // A gap in the collectives' numbers: this rank refused an op before it
+    // came here (group::refuse), which its peers may have run. Legacy
+    // allreduce instances pair by slot, not by number, and would meet the
+    // peers' op with this rank's next: drop them, so the next one binds
+    // new slots behind a barrier tagged by its number (the ranks then time
+    // out instead of mixing data).
+    if (call.seq != next_collective_seq_) legacy_cache_.clear();
+    next_collective_seq_ = call.seq + 1;
+  }
   try {
     fn();
     return {};

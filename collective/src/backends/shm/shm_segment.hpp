@@ -97,6 +97,10 @@ struct op_notice {
   /// 1: the rank started the op without waiting (backend::start_*, one
   /// process): whoever completes the step finishes it (shm_arrivals.hpp).
   uint8_t no_waiter;
+  /// The op's sequence number in its group: the sync line's key covers it
+  /// too, so ranks out of step (one refused an op its peers ran) disagree
+  /// instead of pairing one op with another.
+  uint64_t seq;
 };
 
 /// One of a rank's two sync lines: all a peer reads of this rank at a step

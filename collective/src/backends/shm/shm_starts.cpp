@@ -24,6 +24,7 @@ bool shm_backend::arrive(const op_call& call, op_notice notice,
   auto parity = static_cast<int>(target % 2);
   auto& mine = seg_.control(rank_);
   notice.no_waiter = 1;
+  notice.seq = call.seq;
   publish(parity, notice, payload);
   auto& record = hub_->at(rank_);
   record.done = std::move(done);

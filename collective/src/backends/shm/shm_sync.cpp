@@ -325,6 +325,7 @@ caf::error shm_backend::begin(op_state& st, op_notice notice,
                               std::span<const std::byte> payload) {
   st.first_epoch = epoch_ + 1;
   auto parity = st.parity();
+  notice.seq = st.call->seq;
   if (!counts.empty())
     std::copy(counts.begin(), counts.end(), seg_.counts(rank_, parity));
   // Small ops need nothing more than this step: their data rides along.
@@ -344,7 +345,8 @@ void shm_backend::publish(int parity, const op_notice& notice,
   auto& mine = seg_.control(rank_);
   mine.notice[parity] = notice;
   auto& line = mine.sync[parity];
-  line.key = notice.key;
+  // An odd multiplier: ops that differ in number only get different keys.
+  line.key = notice.key + notice.seq * 0x9e3779b97f4a7c15ull;
   line.no_waiter = notice.no_waiter;
   bool on_line = payload.size() <= inline_input_bytes;
   line.input_inline = on_line ? 1 : 0;
@@ -365,12 +367,31 @@ std::string shm_backend::disagreement(int parity) const {
   std::map<uint64_t, std::vector<int>> keys;
   for (int r = 0; r < world_size_; ++r)
     keys[seg_.control(r).sync[parity].key].push_back(r);
+  if (out_of_step(parity)) {
+    std::string detail = "ranks are out of step:";
+    for (const auto& [key, ranks] : keys)
+      detail += " ranks " + list_ranks(ranks) + " are at op " +
+                std::to_string(seg_.control(ranks[0]).notice[parity].seq) + ",";
+    detail.pop_back();
+    // Every later op of theirs meets another's too: each fails the same
+    // way, at once, until the group is formed again.
+    return detail + " of this group (a rank refused an op its peers ran, "
+                    "such as a bad argument on one rank only): destroy the "
+                    "group and form it again";
+  }
   std::string detail = "ranks disagree on the operation's arguments:";
   for (const auto& [key, ranks] : keys)
     detail += " ranks " + list_ranks(ranks) + " called " +
               describe(seg_.control(ranks[0]).notice[parity]) + ";";
   detail.pop_back();
   return detail;
+}
+
+bool shm_backend::out_of_step(int parity) const noexcept {
+  const auto& first = seg_.control(0).notice[parity];
+  for (int r = 1; r < world_size_; ++r)
+    if (seg_.control(r).notice[parity].key != first.key) return false;
+  return true; // the same op, so the keys differ in its number
 }
 
 byte_range single_copy_range(op_kind op, int world_size, int cpus) noexcept {
