@@ -280,6 +280,102 @@ TEST_CASE("a forced legacy Gloo allreduce refuses an op timeout it cannot "
   test::check_ranks(results);
 }
 
+TEST_CASE("after an op refused on one rank only no rank's next op pairs "
+          "with its peers' - on every CPU backend") {
+  // Rank 0 passes a bad argument at step 1, rank 1 runs the op. Before: the
+  // refused op took no sequence number, so rank 0's step 2 met rank 1's
+  // step 1 and both returned mixed data as success (gather: [200, 101]).
+  for (std::string backend : {"gloo", "shm"}) {
+    for (auto op : {col::op_kind::allreduce, col::op_kind::gather}) {
+      CAPTURE(backend);
+      CAPTURE(std::string{col::to_string(op)});
+      auto name = "one-sided-" + backend + "-" + std::string{to_string(op)};
+      auto store = col::make_in_process_store();
+      auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+        col::init_collective_group(2, rank, backend, name,
+                                   test::group_options(store, 1s));
+        std::vector<std::string> outcomes;
+        for (int step = 1; step <= 3; ++step) {
+          bool refuse = rank == 0 && step == 1;
+          int32_t mine = 100 * step + rank;
+          std::vector<int32_t> in{mine};
+          std::vector<int32_t> out(
+            refuse ? 3 : (op == col::op_kind::gather ? 2 : 1));
+          try {
+            if (op == col::op_kind::allreduce)
+              col::allreduce(col::view_of(in), col::view_of(out), name);
+            else
+              col::gather(col::view_of(in), col::view_of(out), name);
+            // Success must be right: step's own values only.
+            bool right = op == col::op_kind::allreduce
+                           ? out[0] == 200 * step + 1
+                           : rank != 0 || (out[0] == 100 * step &&
+                                           out[1] == 100 * step + 1);
+            log.expect(right, "step " + std::to_string(step) +
+                                " returned another step's data as success");
+            outcomes.push_back("ok");
+          } catch (const col::collective_error& e) {
+            outcomes.push_back(std::string{col::to_string(e.code())} + ": " +
+                               e.what());
+          }
+        }
+        // Rank 0 refused step 1 itself; rank 1's step 1 and rank 0's step
+        // 2 never met.
+        log.expect(outcomes[0] != "ok", "step 1 succeeded");
+        if (rank == 0)
+          log.expect(outcomes[1] != "ok", "rank 0's step 2 succeeded");
+        // shm sees it: each op that meets another's fails at once, saying
+        // so (rank 1's step 3 has no partner left and times out).
+        if (backend == "shm")
+          for (int step = rank == 0 ? 2 : 1; step <= (rank == 0 ? 3 : 2);
+               ++step)
+            log.expect(outcomes[size_t(step - 1)].find("out of step") !=
+                         std::string::npos,
+                       "rank " + std::to_string(rank) + " step " +
+                         std::to_string(step) + ": " +
+                         outcomes[size_t(step - 1)]);
+        col::destroy_collective_group(name);
+      });
+      test::check_ranks(results);
+    }
+  }
+}
+
+TEST_CASE("an op that fails because another op of its Gloo group timed out "
+          "says so instead of reporting a timeout of its own") {
+  // Gloo closes every connection of a group when one wait times out. Before:
+  // the send in flight then said "not finished within 20000 ms" after 300.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "closed-by-other",
+                               test::group_options(store, 20s));
+    if (rank == 0) {
+      // Nobody receives this send; nobody sends what the recv waits for.
+      std::vector<float> out(1 << 16, 1.0f), in(4);
+      col::send_options so;
+      so.tag = 5;
+      auto sending =
+        col::send_async(col::view_of(out), 1, "closed-by-other", so);
+      std::this_thread::sleep_for(100ms);
+      col::recv_options ro;
+      ro.tag = 6;
+      ro.timeout = 300ms;
+      expect_error(
+        log, "recv", col::errc::timeout, {"not finished within 300"},
+        [&] { col::recv(col::view_of(in), 1, "closed-by-other", ro); });
+      auto err = sending.wait();
+      log.expect(col::code_of(err) == col::errc::aborted,
+                 "send: " + col::render(err));
+      log.expect(col::render(err).find("another op") != std::string::npos,
+                 "send: " + col::render(err));
+    }
+    // Rank 1 only keeps its connections open until rank 0 is through.
+    std::this_thread::sleep_for(1500ms);
+    col::destroy_collective_group("closed-by-other");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("a small allreduce with the automatic algorithm runs Gloo's "
           "legacy algorithm as docs/algorithms.md says") {
   // Formation shrank the connections' timeout to the formation's time left,
@@ -598,9 +694,14 @@ TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
     CAPTURE(backend);
     auto name = "refused-alone-" + backend;
     auto store = col::make_in_process_store();
+    std::latch followers_started{2};
     auto waiting = test::run_threads(3, [&](int rank, rank_log& log) {
       if (rank == 0) {
-        std::this_thread::sleep_for(300ms); // the others wait already
+        // The others look before the refusal (a refusal there before a
+        // rank first looked may be an earlier attempt's: that rank would
+        // wait for its deadline).
+        followers_started.wait();
+        std::this_thread::sleep_for(1s);
         expect_error(log, "rank 0", col::errc::invalid_argument,
                      {"unknown backend 'bogus'"}, [&] {
                        col::init_collective_group(
@@ -609,6 +710,7 @@ TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
         return;
       }
       auto start = std::chrono::steady_clock::now();
+      followers_started.count_down();
       expect_error(
         log, "follower", col::errc::invalid_argument,
         {name, "rank 0 could not create the group", "unknown backend 'bogus'"},
@@ -651,10 +753,14 @@ TEST_CASE("ranks forming a group learn at once that another rank refused it "
     CAPTURE(backend);
     auto name = "follower-refused-" + backend;
     auto store = col::make_in_process_store();
+    std::latch others_started{2};
     auto results = test::run_threads(3, [&](int rank, rank_log& log) {
       auto start = std::chrono::steady_clock::now();
       if (rank == 1) {
-        std::this_thread::sleep_for(300ms); // rank 0 has published
+        // Rank 0 has published its formation by then (a refusal before
+        // that reaches nobody: rank 0 would wait for its deadline).
+        others_started.wait();
+        std::this_thread::sleep_for(1s);
         expect_error(log, "rank 1", col::errc::invalid_argument,
                      {"unknown backend 'bogus'"}, [&] {
                        col::init_collective_group(
@@ -662,6 +768,7 @@ TEST_CASE("ranks forming a group learn at once that another rank refused it "
                      });
         return;
       }
+      others_started.count_down();
       expect_error(
         log, "rank " + std::to_string(rank), col::errc::invalid_argument,
         {name, "rank 1 could not create the group", "unknown backend 'bogus'"},

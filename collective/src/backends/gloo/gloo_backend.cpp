@@ -76,6 +76,14 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
   auto contains = [&](const char* needle) {
     return what.find(needle) != std::string::npos;
   };
+  // When any wait of a group times out, Gloo closes every connection of
+  // the group: the other ops then in flight fail with this, and it is not
+  // their own timeout.
+  if (contains("Application timeout caused pair closure"))
+    return make_error(errc::aborted, context(op, call),
+                      "another op of this rank's group timed out, and Gloo "
+                      "then closes every connection of the group; Gloo: " +
+                        what);
   if (contains("Timed out") || contains("timed out") || contains("Timeout") ||
       contains("timeout"))
     return make_error(
