@@ -684,6 +684,45 @@ TEST_CASE("a group formed again after a refused formation forms even when "
   }
 }
 
+namespace {
+
+/// Three ranks of `name` over `store`: `refusing` asks for an unknown backend
+/// once the others wait in formation (rank 0 publishes its formation at once, a
+/// follower looks at once), the others must fail within 5 s, not at their
+/// 10 s deadline, with invalid_argument naming the group, `expected` and
+/// the refusing rank's reason.
+void one_rank_refuses_alone(const col::rendezvous_store_ptr& store,
+                            const std::string& backend, const std::string& name,
+                            int refusing, const std::string& expected) {
+  std::latch others_started{2};
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    if (rank == refusing) {
+      others_started.wait();
+      std::this_thread::sleep_for(1s);
+      expect_error(log, "the refusing rank", col::errc::invalid_argument,
+                   {"unknown backend 'bogus'"}, [&] {
+                     col::init_collective_group(
+                       3, rank, "bogus", name, test::group_options(store, 10s));
+                   });
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    others_started.count_down();
+    expect_error(log, "rank " + std::to_string(rank),
+                 col::errc::invalid_argument,
+                 {name, expected, "unknown backend 'bogus'"}, [&] {
+                   col::init_collective_group(3, rank, backend, name,
+                                              test::group_options(store, 10s));
+                 });
+    log.expect(std::chrono::steady_clock::now() - start < 5s,
+               "waited for the deadline");
+  });
+  test::check_ranks(results);
+  CHECK(test::shm_leftovers(name).empty());
+}
+
+} // namespace
+
 TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
           "on its own and a later attempt still forms") {
   // Rank 0 refuses before the formation round (here an unknown backend; on
@@ -694,34 +733,7 @@ TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
     CAPTURE(backend);
     auto name = "refused-alone-" + backend;
     auto store = col::make_in_process_store();
-    std::latch followers_started{2};
-    auto waiting = test::run_threads(3, [&](int rank, rank_log& log) {
-      if (rank == 0) {
-        // The others look before the refusal (a refusal there before a
-        // rank first looked may be an earlier attempt's: that rank would
-        // wait for its deadline).
-        followers_started.wait();
-        std::this_thread::sleep_for(1s);
-        expect_error(log, "rank 0", col::errc::invalid_argument,
-                     {"unknown backend 'bogus'"}, [&] {
-                       col::init_collective_group(
-                         3, 0, "bogus", name, test::group_options(store, 10s));
-                     });
-        return;
-      }
-      auto start = std::chrono::steady_clock::now();
-      followers_started.count_down();
-      expect_error(
-        log, "follower", col::errc::invalid_argument,
-        {name, "rank 0 could not create the group", "unknown backend 'bogus'"},
-        [&] {
-          col::init_collective_group(3, rank, backend, name,
-                                     test::group_options(store, 10s));
-        });
-      log.expect(std::chrono::steady_clock::now() - start < 5s,
-                 "the follower waited for its deadline");
-    });
-    test::check_ranks(waiting);
+    one_rank_refuses_alone(store, backend, name, 0, "rank 0 could not create");
     // One that comes after the refusal cannot tell it from one left by an
     // earlier attempt: it waits for a formation, and quotes it at the end.
     auto late = test::run_threads(1, [&](int, rank_log& log) {
@@ -753,34 +765,7 @@ TEST_CASE("ranks forming a group learn at once that another rank refused it "
     CAPTURE(backend);
     auto name = "follower-refused-" + backend;
     auto store = col::make_in_process_store();
-    std::latch others_started{2};
-    auto results = test::run_threads(3, [&](int rank, rank_log& log) {
-      auto start = std::chrono::steady_clock::now();
-      if (rank == 1) {
-        // Rank 0 has published its formation by then (a refusal before
-        // that reaches nobody: rank 0 would wait for its deadline).
-        others_started.wait();
-        std::this_thread::sleep_for(1s);
-        expect_error(log, "rank 1", col::errc::invalid_argument,
-                     {"unknown backend 'bogus'"}, [&] {
-                       col::init_collective_group(
-                         3, 1, "bogus", name, test::group_options(store, 10s));
-                     });
-        return;
-      }
-      others_started.count_down();
-      expect_error(
-        log, "rank " + std::to_string(rank), col::errc::invalid_argument,
-        {name, "rank 1 could not create the group", "unknown backend 'bogus'"},
-        [&] {
-          col::init_collective_group(3, rank, backend, name,
-                                     test::group_options(store, 10s));
-        });
-      log.expect(std::chrono::steady_clock::now() - start < 5s,
-                 "waited for the deadline");
-    });
-    test::check_ranks(results);
-    CHECK(test::shm_leftovers(name).empty());
+    one_rank_refuses_alone(store, backend, name, 1, "rank 1 could not create");
   }
 }
 
