@@ -629,6 +629,26 @@ TEST_CASE("ranks given different world sizes for one group fail formation "
   }
 }
 
+namespace {
+
+/// Forms `name` of `world` ranks over `store` with rank 0 500 ms after the
+/// others (which read whatever an earlier formation left first), checks it
+/// works and destroys it.
+void forms_with_rank_0_last(const col::rendezvous_store_ptr& store,
+                            const std::string& backend, const std::string& name,
+                            int world) {
+  auto results = test::run_threads(world, [&](int rank, rank_log& log) {
+    if (rank == 0) std::this_thread::sleep_for(500ms);
+    col::init_collective_group(world, rank, backend, name,
+                               test::group_options(store, 10s));
+    expect_usable(log, name, world, rank);
+    col::destroy_collective_group(name);
+  });
+  test::check_ranks(results);
+}
+
+} // namespace
+
 TEST_CASE("a group formed again with another world size on the same store "
           "forms even when its followers come first") {
   // The current formation's name outlives the group: a follower that read
@@ -645,14 +665,7 @@ TEST_CASE("a group formed again with another world size on the same store "
       col::destroy_collective_group(name);
     });
     test::check_ranks(first);
-    auto second = test::run_threads(3, [&](int rank, rank_log& log) {
-      if (rank == 0) std::this_thread::sleep_for(500ms);
-      col::init_collective_group(3, rank, backend, name,
-                                 test::group_options(store, 10s));
-      expect_usable(log, name, 3, rank);
-      col::destroy_collective_group(name);
-    });
-    test::check_ranks(second);
+    forms_with_rank_0_last(store, backend, name, 3);
   }
 }
 
@@ -673,14 +686,7 @@ TEST_CASE("a group formed again after a refused formation forms even when "
                    });
     });
     test::check_ranks(first);
-    auto second = test::run_threads(2, [&](int rank, rank_log& log) {
-      if (rank == 0) std::this_thread::sleep_for(500ms);
-      col::init_collective_group(2, rank, backend, name,
-                                 test::group_options(store, 10s));
-      expect_usable(log, name, 2, rank);
-      col::destroy_collective_group(name);
-    });
-    test::check_ranks(second);
+    forms_with_rank_0_last(store, backend, name, 2);
   }
 }
 
@@ -745,14 +751,7 @@ TEST_CASE("ranks waiting for rank 0 learn at once that it refused the group "
     });
     test::check_ranks(late);
     // And a corrected attempt forms, its follower coming first.
-    auto again = test::run_threads(2, [&](int rank, rank_log& log) {
-      if (rank == 0) std::this_thread::sleep_for(300ms);
-      col::init_collective_group(2, rank, backend, name,
-                                 test::group_options(store, 10s));
-      expect_usable(log, name, 2, rank);
-      col::destroy_collective_group(name);
-    });
-    test::check_ranks(again);
+    forms_with_rank_0_last(store, backend, name, 2);
   }
 }
 
