@@ -590,3 +590,32 @@ TEST_CASE("a queued op keeps the views it was called with when the caller "
     log.expect(first == std::vector<float>(4, 3.0f), "first allreduce");
   });
 }
+
+TEST_CASE("a recv of another dtype than its send's never reads the bytes as "
+          "its own") {
+  // Before: send and recv matched on tag and byte count alone, so rank 1
+  // took rank 0's float32 bits for int32 values and returned success.
+  test::run_group(2, "p2p-dtype", [](int rank, rank_log& log) {
+    if (rank == 0) {
+      std::vector<float> sent{1.5f, 2.5f, 3.5f, 4.5f};
+      col::send_options so;
+      so.tag = 3;
+      so.timeout = std::chrono::milliseconds{500};
+      // Gloo: no recv matches, so the send times out; shm posts it at once.
+      (void)col::send_async(col::view_of(sent), 1, "p2p-dtype", so).wait();
+      return;
+    }
+    std::vector<int32_t> got(4, -7);
+    col::recv_options ro;
+    ro.tag = 3;
+    ro.timeout = std::chrono::milliseconds{500};
+    auto err = col::recv_async(col::view_of(got), 0, "p2p-dtype", ro).wait();
+    log.expect(static_cast<bool>(err), "the recv of int32 took float32 bytes");
+    if (err)
+      log.expect(col::code_of(err) == col::errc::timeout ||
+                   col::code_of(err) == col::errc::mismatch,
+                 "recv: " + col::render(err));
+    log.expect(got == std::vector<int32_t>(4, -7), "the recv wrote its buffer");
+    log.checks += 1;
+  });
+}

@@ -193,7 +193,8 @@ caf::error gloo_backend::send(const op_call& call, const tensor_view& in,
   return guarded(op_kind::send, call, [&] {
     live_buffers::tracked buf{
       live_, context_->createUnboundBuffer(non_null(in.data()), in.nbytes())};
-    buf->send(opts.peer, p2p_slot(opts.tag, in.nbytes()), 0, in.nbytes());
+    buf->send(opts.peer, p2p_slot(opts.tag, in.nbytes(), uint8_t(in.type())), 0,
+              in.nbytes());
     buf.wait_send(call.timeout);
   });
 }
@@ -203,7 +204,8 @@ caf::error gloo_backend::recv(const op_call& call, const tensor_view& out,
   return guarded(op_kind::recv, call, [&] {
     live_buffers::tracked buf{
       live_, context_->createUnboundBuffer(non_null(out.data()), out.nbytes())};
-    buf->recv(opts.peer, p2p_slot(opts.tag, out.nbytes()), 0, out.nbytes());
+    buf->recv(opts.peer, p2p_slot(opts.tag, out.nbytes(), uint8_t(out.type())),
+              0, out.nbytes());
     buf.wait_recv(call.timeout);
   });
 }

@@ -13,12 +13,16 @@ inline constexpr uint64_t slot_prefix(uint8_t prefix) noexcept {
   return static_cast<uint64_t>(prefix) << 56;
 }
 
-/// send/recv: matched by (peer, user tag, size), in order. With the size
-/// in the slot a recv of another size never matches the send (Gloo would
-/// terminate the process on the size mismatch); both time out instead.
-inline constexpr uint64_t p2p_slot(uint32_t tag, size_t nbytes) noexcept {
+/// send/recv: matched by (peer, user tag, size, dtype), in order. With the
+/// size in the slot a recv of another size never matches the send (Gloo
+/// would terminate the process on the size mismatch), and with the dtype a
+/// recv of another one never reads the bytes as its own; both time out
+/// instead.
+inline constexpr uint64_t p2p_slot(uint32_t tag, size_t nbytes,
+                                   uint8_t type) noexcept {
   auto mixed = (static_cast<uint64_t>(tag) * 0x9e3779b97f4a7c15ull) ^
-               (static_cast<uint64_t>(nbytes) * 0xc2b2ae3d27d4eb4full);
+               (static_cast<uint64_t>(nbytes) * 0xc2b2ae3d27d4eb4full) ^
+               (static_cast<uint64_t>(type + 1) * 0x165667b19e3779f9ull);
   return slot_prefix(0x71) | (mixed & 0x00ffffffffffffffull);
 }
 

@@ -3,16 +3,27 @@
 // A message moves in chunks of the mailbox's size. The sender waits until
 // the mailbox is empty (taken == posted), writes a chunk with the message's
 // tag and total size, and bumps `posted`; the receiver waits for it, checks
-// tag and size, copies the chunk out and bumps `taken`. Messages of one
-// pair arrive in the order they were sent, as on Gloo. A recv whose tag or
-// size differs from the next message fails with `mismatch` and leaves the
-// message for a matching recv.
+// tag, size and dtype, copies the chunk out and bumps `taken`. Messages of
+// one pair arrive in the order they were sent, as on Gloo. A recv whose tag,
+// size or dtype differs from the next message fails with `mismatch` and
+// leaves the message for a matching recv.
 #include <algorithm>
 #include <cstring>
 
 #include "backends/shm/shm_backend.hpp"
 
 namespace caf_collective::detail::shm {
+
+namespace {
+
+// A sender's dtype as the mailbox holds it (a number from shared memory).
+std::string type_text(uint64_t type) {
+  return type < 256 && is_valid(static_cast<dtype>(type))
+           ? std::string{to_string(static_cast<dtype>(type))}
+           : "dtype " + std::to_string(type);
+}
+
+} // namespace
 
 caf::error shm_backend::send(const op_call& call, const tensor_view& in,
                              const send_options& opts) {
@@ -44,6 +55,7 @@ void shm_backend::post_chunk(const tensor_view& in, const send_options& opts,
                 static_cast<const std::byte*>(in.data()) + offset, bytes);
   box.tag = opts.tag;
   box.total_bytes = total;
+  box.type = static_cast<uint64_t>(in.type());
   announce();
   box.posted.fetch_add(1, std::memory_order_release);
   ring();
@@ -82,12 +94,15 @@ caf::error shm_backend::recv(const op_call& call, const tensor_view& out,
     };
     if (auto err = wait_until(full, peer_only, op_kind::recv, &call, deadline))
       return err;
-    if (c == 0 && (box.tag != opts.tag || box.total_bytes != total))
+    if (c == 0 && (box.tag != opts.tag || box.total_bytes != total ||
+                   box.type != static_cast<uint64_t>(out.type())))
       return make_error(errc::mismatch, context(op_kind::recv, &call),
                         "rank " + std::to_string(opts.peer) + " sent " +
-                          std::to_string(box.total_bytes) + " bytes with tag " +
+                          std::to_string(box.total_bytes) + " bytes of " +
+                          type_text(box.type) + " with tag " +
                           std::to_string(box.tag) + "; this recv expects " +
-                          std::to_string(total) + " bytes with tag " +
+                          std::to_string(total) + " bytes of " +
+                          std::string{to_string(out.type())} + " with tag " +
                           std::to_string(opts.tag) +
                           " (the message stays for a matching recv)");
     auto offset = c * capacity;

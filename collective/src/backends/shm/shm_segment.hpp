@@ -187,6 +187,7 @@ struct alignas(cache_line) mailbox_header {
   alignas(cache_line) std::atomic<uint64_t> taken; // chunks consumed
   alignas(cache_line) uint64_t tag;
   uint64_t total_bytes; // of the whole message
+  uint64_t type;        // its dtype: a recv of another one never reads it
 };
 
 /// A mapped segment; unmapped (and, if still named, unlinked) on
