@@ -600,8 +600,9 @@ TEST_CASE("a recv of another dtype than its send's never reads the bytes as "
       std::vector<float> sent{1.5f, 2.5f, 3.5f, 4.5f};
       col::send_options so;
       so.tag = 3;
-      so.timeout = std::chrono::milliseconds{500};
-      // Gloo: no recv matches, so the send times out; shm posts it at once.
+      so.timeout = std::chrono::milliseconds{2000};
+      // Gloo: no recv matches, and the send fails once rank 1's recv timed
+      // out (Gloo then closes the connections); shm posts it at once.
       (void)col::send_async(col::view_of(sent), 1, "p2p-dtype", so).wait();
       return;
     }
@@ -613,7 +614,8 @@ TEST_CASE("a recv of another dtype than its send's never reads the bytes as "
     log.expect(static_cast<bool>(err), "the recv of int32 took float32 bytes");
     if (err)
       log.expect(col::code_of(err) == col::errc::timeout ||
-                   col::code_of(err) == col::errc::mismatch,
+                   col::code_of(err) == col::errc::mismatch ||
+                   col::code_of(err) == col::errc::peer_lost,
                  "recv: " + col::render(err));
     log.expect(got == std::vector<int32_t>(4, -7), "the recv wrote its buffer");
     log.checks += 1;
