@@ -68,13 +68,13 @@ caf::error refused_here(const group_config& cfg) {
                       cfg.backend + "' (expected gloo, shm, nccl or auto)");
 }
 
+// Without its deadline: a refused config's timeout may be out of range.
 formation_seat seat_of(const group_config& cfg) {
   formation_seat seat;
   seat.group = cfg.name;
   seat.rank = cfg.rank;
   seat.world_size = cfg.world_size;
   seat.timeout = cfg.timeout;
-  seat.deadline = std::chrono::steady_clock::now() + cfg.timeout;
   return seat;
 }
 
@@ -82,12 +82,7 @@ formation_seat seat_of(const group_config& cfg) {
 
 void tell_followers_of_refusal(const group_config& cfg, const caf::error& why) {
   if (cfg.name.empty() || cfg.world_size > max_world_size) return;
-  formation_seat seat; // no deadline: cfg.timeout may be out of range
-  seat.group = cfg.name;
-  seat.rank = cfg.rank;
-  seat.world_size = cfg.world_size;
-  seat.timeout = cfg.timeout;
-  refuse_before_formation(cfg.store, seat, detail_of(why));
+  refuse_before_formation(cfg.store, seat_of(cfg), detail_of(why));
 }
 
 caf::expected<backend_ptr> make_backend(const group_config& given,
@@ -107,6 +102,7 @@ caf::expected<backend_ptr> make_backend(const group_config& given,
   // Every key the backend reads from here on is this formation's own.
   if (cfg.world_size > 1 && cfg.store) {
     auto seat = seat_of(cfg);
+    seat.deadline = std::chrono::steady_clock::now() + cfg.timeout;
     auto joined = join_formation(cfg.store, seat);
     if (!joined) return std::move(joined.error());
     cfg.store = std::move(*joined);

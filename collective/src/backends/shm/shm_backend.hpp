@@ -292,13 +292,13 @@ class shm_backend : public backend {
                    std::span<const uint64_t> counts = {},
                    std::span<const std::byte> payload = {});
 
-  /// Writes what this rank publishes for an op starting at an epoch of
-  /// `parity`: `notice`, its key and no_waiter flag on the sync line, and
-  /// `payload` (if it fits the small slot) inline or into the slot.
   /// Whether the ranks' notices of `parity` are of one op and differ only
   /// in its sequence number.
   bool out_of_step(int parity) const noexcept;
 
+  /// Writes what this rank publishes for an op starting at an epoch of
+  /// `parity`: `notice`, its key and no_waiter flag on the sync line, and
+  /// `payload` (if it fits the small slot) inline or into the slot.
   void publish(int parity, const op_notice& notice,
                std::span<const std::byte> payload) noexcept;
 
