@@ -376,6 +376,40 @@ TEST_CASE("an op that fails because another op of its Gloo group timed out "
   test::check_ranks(results);
 }
 
+TEST_CASE("a Gloo op ends at its own timeout even when each of its waits "
+          "is shorter") {
+  // Gloo bounds each wait inside an op, not the op: a gather's root waits
+  // for its peers one after the other, each wait with the whole timeout.
+  // Before: with peers arriving at 0.4 and 1.2 times the op's timeout the
+  // root's gather returned success after 1.2 timeouts.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    col::init_collective_group(3, rank, "gloo", "op-deadline",
+                               test::group_options(store, 20s));
+    std::vector<float> in(4, float(rank)), out(12);
+    col::gather_options opts;
+    opts.timeout = 1000ms;
+    if (rank == 0) {
+      expect_error(log, "gather on the root", col::errc::timeout,
+                   {"not finished within 1000 ms"}, [&] {
+                     col::gather(col::view_of(in), col::view_of(out),
+                                 "op-deadline", opts);
+                   });
+    } else {
+      std::this_thread::sleep_for(rank == 1 ? 400ms : 1200ms);
+      try {
+        col::gather(col::view_of(in), col::view_of(out), "op-deadline", opts);
+      } catch (const col::collective_error&) {
+        // Rank 2 comes after the root gave up: any error will do.
+        log.expect(rank == 2, "rank 1 came in time and failed");
+      }
+    }
+    std::this_thread::sleep_for(1700ms - (rank == 2 ? 1200ms : 0ms));
+    col::destroy_collective_group("op-deadline");
+  });
+  test::check_ranks(results);
+}
+
 TEST_CASE("a small allreduce with the automatic algorithm runs Gloo's "
           "legacy algorithm as docs/algorithms.md says") {
   // Formation shrank the connections' timeout to the formation's time left,

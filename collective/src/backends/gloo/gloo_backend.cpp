@@ -43,7 +43,36 @@ gloo_backend::gloo_backend(const group_config& cfg,
                            std::shared_ptr<gloo::Context> ctx)
   : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
     context_(std::move(ctx)) {
-  // nop
+  // The watchdog rings as Gloo does when one of its waits times out: every
+  // connection of the group fails, which wakes every wait in Gloo and
+  // tells the peers; live_ wakes the waits whose transfer was half done.
+  if (world_size_ > 1)
+    watchdog_.emplace([this] {
+      fail_connections();
+      live_.abort_all();
+    });
+}
+
+gloo_backend::op_watch::op_watch(gloo_backend& self, op_kind op,
+                                 const op_call& call)
+  : dog_(self.watchdog_ ? &*self.watchdog_ : nullptr),
+    slot_(op == op_kind::send ? 1 : 0), seq_(call.seq) {
+  owner_ = dog_ != nullptr && call.timeout.count() > 0 &&
+           dog_->watch(slot_, seq_, op_watchdog::clock::now() + call.timeout);
+}
+
+gloo_backend::op_watch::~op_watch() {
+  if (owner_) dog_->unwatch(slot_);
+}
+
+bool gloo_backend::op_watch::finish_late() {
+  if (!owner_) return rang();
+  owner_ = false;
+  return dog_->unwatch(slot_);
+}
+
+bool gloo_backend::op_watch::rang() const {
+  return dog_ != nullptr && dog_->expired(slot_, seq_);
 }
 
 gloo_backend::~gloo_backend() {
@@ -86,13 +115,7 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
                         what);
   if (contains("Timed out") || contains("timed out") || contains("Timeout") ||
       contains("timeout"))
-    return make_error(
-      errc::timeout, context(op, call),
-      "not finished within " + std::to_string(call.timeout.count()) +
-        " ms: a peer did not call this operation, is too slow, or called it "
-        "with other arguments (op, dtype, element count, root and reduce op "
-        "must match on every rank); Gloo: " +
-        what);
+    return timed_out(op, call, "Gloo: " + what);
   if (contains("Connection closed") || contains("Socket closed") ||
       contains("reset by peer") || contains("Broken pipe") ||
       contains("Connection refused")) {
@@ -103,6 +126,17 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
                         " lost; Gloo: " + what);
   }
   return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
+}
+
+caf::error gloo_backend::timed_out(op_kind op, const op_call& call,
+                                   const std::string& detail) const {
+  return make_error(
+    errc::timeout, context(op, call),
+    "not finished within " + std::to_string(call.timeout.count()) +
+      " ms: a peer did not call this operation, is too slow, or called it "
+      "with other arguments (op, dtype, element count, root and reduce op "
+      "must match on every rank); " +
+      detail);
 }
 
 caf::error gloo_backend::aborted_error(op_kind op, const op_call& call) {

@@ -7,6 +7,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 
 #include "backends/common/agreement.hpp"
 #include "backends/gloo/gloo_live_buffers.hpp"
+#include "backends/gloo/gloo_op_watchdog.hpp"
 #include "caf_collective/backend.hpp"
 #include "caf_collective/error.hpp"
 #include "caf_collective/group.hpp"
@@ -106,9 +108,36 @@ class gloo_backend : public backend {
 
   /// Runs `fn`, turning Gloo's exceptions into errors: after an abort
   /// errc::aborted, else timeouts errc::timeout, lost connections
-  /// errc::peer_lost, everything else errc::backend_error.
+  /// errc::peer_lost, everything else errc::backend_error. The op ends at
+  /// its deadline (op_watch) whatever its waits inside Gloo.
   template<class Fn>
   caf::error guarded(op_kind op, const op_call& call, Fn&& fn) noexcept;
+
+  /// An op's watch by the group's op_watchdog, from its first stage on:
+  /// the guarded stages of one op (allgatherv's headers, then its payload)
+  /// share the deadline of the outermost.
+  class op_watch {
+   public:
+    op_watch(gloo_backend& self, op_kind op, const op_call& call);
+
+    ~op_watch();
+
+    op_watch(const op_watch&) = delete;
+    op_watch& operator=(const op_watch&) = delete;
+
+    /// The op's stage is over. True when the op ran past its deadline;
+    /// an inner stage leaves the answer to the watch that owns the op.
+    bool finish_late();
+
+    /// Whether the watchdog rang for this op (the op's waits were woken).
+    bool rang() const;
+
+   private:
+    op_watchdog* dog_;
+    size_t slot_;
+    uint64_t seq_;
+    bool owner_;
+  };
 
   error_context context(op_kind op, const op_call& call) const noexcept {
     return {group_name_, op, static_cast<int64_t>(call.seq), rank_,
@@ -124,6 +153,11 @@ class gloo_backend : public backend {
  private:
   caf::error translate(op_kind op, const op_call& call,
                        const std::exception& ex) const;
+
+  /// `timeout`: the op did not finish within its timeout; `detail` says
+  /// where it stood.
+  caf::error timed_out(op_kind op, const op_call& call,
+                       const std::string& detail) const;
 
   /// An op with nothing to move still meets its peers: a barrier under the
   /// op's agreement key. Ranks that all called the same empty op pass; a
@@ -195,6 +229,9 @@ class gloo_backend : public backend {
   live_buffers live_;
   std::mutex abort_mtx_;
   std::string abort_reason_;
+  // Last: its thread rings fail_connections() and live_, so it stops
+  // before they go. None for one rank (nothing to wait for).
+  std::optional<op_watchdog> watchdog_;
 };
 
 /// The Gloo tag of an operation: its sequence number mixed with its
@@ -216,16 +253,29 @@ caf::error gloo_backend::guarded(op_kind op, const op_call& call,
     // allreduce instances pair by slot, not by number, and would meet the
     // peers' op with this rank's next: drop them, so the next one binds
     // new slots behind a barrier tagged by its number (the ranks then time
-    // out instead of mixing data).
-    if (call.seq != next_collective_seq_) legacy_cache_.clear();
+    // out instead of mixing data). The number just started is no gap: a
+    // later stage of the same op (allgatherv's payload after its headers).
+    if (call.seq != next_collective_seq_ &&
+        call.seq + 1 != next_collective_seq_)
+      legacy_cache_.clear();
     next_collective_seq_ = call.seq + 1;
   }
+  op_watch watch{*this, op, call};
   try {
     fn();
+    // The watchdog may ring just as the last wait ends: the connections
+    // are failed then, so the op reports its timeout all the same.
+    if (watch.finish_late())
+      return timed_out(op, call, "stopped at the op's deadline");
     return {};
   } catch (const std::exception& ex) {
     // An abort fails Gloo's connections: what Gloo then throws is its echo.
     if (aborted_.load()) return aborted_error(op, call);
+    // So does the watchdog at the op's deadline.
+    if (watch.rang())
+      return timed_out(op, call,
+                       "stopped at the op's deadline; Gloo: " +
+                         std::string{ex.what()});
     return translate(op, call, ex);
   } catch (...) {
     return make_error(errc::backend_error, context(op, call),

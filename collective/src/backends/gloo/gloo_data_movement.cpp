@@ -70,6 +70,8 @@ caf::error gloo_backend::allgather(const op_call& call, const tensor_view& in,
 caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
                                     const tensor_view& out,
                                     const allgatherv_options& vopts) {
+  // One deadline for the headers and the payload.
+  op_watch watch{*this, op_kind::allgatherv, call};
   if (world_size_ > 1)
     if (auto err = agree_allgatherv(call, in.type(), vopts.counts)) return err;
   return guarded(op_kind::allgatherv, call, [&] {
@@ -157,6 +159,8 @@ caf::error gloo_backend::alltoall(const op_call& call, const tensor_view& in,
 caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
                                    const tensor_view& out,
                                    const alltoallv_options& vopts) {
+  // One deadline for the headers and the payload.
+  op_watch watch{*this, op_kind::alltoallv, call};
   if (world_size_ > 1)
     if (auto err = agree_alltoallv(call, in.type(), vopts.send_counts,
                                    vopts.recv_counts))
