@@ -629,6 +629,57 @@ TEST_CASE("shm starts: a peer's abort that lands after can_start and before "
         std::string::npos);
 }
 
+namespace {
+
+// When the slow reader below let go of the reading hook (after which it
+// still copies); set by the hook, on rank 1 only.
+std::atomic<clock_type::rep> slow_reader_done{0};
+
+clock_type::rep stamp() {
+  return clock_type::now().time_since_epoch().count();
+}
+
+} // namespace
+
+TEST_CASE("shm: an abort waits for a reader of its own process however "
+          "long it reads") {
+  // The aborting rank's caller may free its buffers as soon as abort()
+  // returns, while a peer thread still reads them in place. Before: the
+  // wait gave up after 5 s, and a reader slower than that (a large op on a
+  // crowded host) could read freed (unmapped) memory.
+  auto backends = form_pair("slow-reader");
+  REQUIRE(backends[0]);
+  REQUIRE(backends[1]);
+  slow_reader_done = 0;
+  shm::reading_test_hook = [](shm::shm_backend& be) {
+    if (be.rank() != 1) return;
+    std::this_thread::sleep_for(6s);
+    slow_reader_done = stamp();
+  };
+  // 1 MiB: read in place (direct), not through the segment.
+  std::array<std::vector<float>, 2> data{std::vector<float>(1 << 18, 1.0f),
+                                         std::vector<float>(1 << 18, 2.0f)};
+  std::array<caf::error, 2> errs;
+  std::array<std::thread, 2> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks[size_t(rank)] = std::thread{[&, rank] {
+      auto& x = data[size_t(rank)];
+      errs[size_t(rank)] = backends[size_t(rank)]->allreduce(
+        col::op_call{1, 30s}, col::view_of(x), col::view_of(x), {});
+    }};
+  // Rank 1 is reading rank 0's input by now.
+  std::this_thread::sleep_for(300ms);
+  backends[0]->abort("the test aborts rank 0");
+  auto aborted = stamp();
+  for (auto& t : ranks)
+    t.join();
+  shm::reading_test_hook = nullptr;
+  CHECK(col::code_of(errs[0]) == col::errc::aborted);
+  CHECK(errs[1]); // rank 0 left the group before rank 1's next step
+  REQUIRE(slow_reader_done.load() != 0);
+  CHECK(aborted >= slow_reader_done.load());
+}
+
 TEST_CASE("shm starts: a send that fits an empty mailbox is complete when the "
           "call returns, a send behind it or longer than the mailbox takes "
           "the lane, and the receiver gets all in order") {

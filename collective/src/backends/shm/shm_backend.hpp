@@ -115,6 +115,11 @@ class shm_backend;
 /// abort from another thread cannot see the op (test_shm_starts.cpp).
 inline void (*arrival_test_hook)(shm_backend&) = nullptr;
 
+/// Tests only (null otherwise): called when a rank has marked that it reads
+/// its peers' buffers in place (direct and single copy), before it reads:
+/// a slow reader (test_shm_starts.cpp).
+inline void (*reading_test_hook)(shm_backend&) = nullptr;
+
 class shm_backend : public backend {
  public:
   shm_backend(const group_config& cfg, segment seg);
@@ -374,8 +379,9 @@ class shm_backend : public backend {
   /// reading, and waits until no peer reads any more. Returns `err`.
   caf::error leave_after(caf::error err);
 
-  /// Direct and single copy: waits (at most 5 s; a dead reader reads
-  /// nothing) until no peer reads this rank's buffers.
+  /// Direct and single copy: waits until no peer reads this rank's
+  /// buffers; for a reader in another process at most 5 s (a dead reader
+  /// reads nothing).
   void wait_for_readers();
 
   // -- single copy across processes (shm_single_copy.cpp) --------------------

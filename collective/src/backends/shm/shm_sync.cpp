@@ -429,6 +429,8 @@ caf::error shm_backend::start_reading(const op_state& st) {
   // or we see its abort and read nothing.
   if (auto err = failure_if_any(st.op, st.call, {}))
     return leave_after(std::move(err)); // which clears our mark too
+  if (reading_test_hook != nullptr) [[unlikely]]
+    reading_test_hook(*this);
   return {};
 }
 
@@ -504,14 +506,31 @@ void shm_backend::abort(std::string_view why) {
 
 void shm_backend::wait_for_readers() {
   if (!direct_ && !single_copy_) return;
+  // A reader in this process is a thread that copies or reduces between
+  // its marks and never waits there: it finishes, however long a large op
+  // takes on a crowded host. Our caller may unmap the buffers as soon as
+  // we return, which would crash that thread: wait for it without a bound.
+  // A reader in another process may be stopped (SIGSTOP) between two of
+  // its reads and hold its mark for ever: at most 5 s for it. A late read
+  // of freed memory can only spoil its own output, and its op then fails
+  // at its next step, which sees that this rank left.
   auto until = clock::now() + std::chrono::seconds{5};
-  for (int r = 0; r < world_size_; ++r)
-    while (r != rank_ &&
-           seg_.control(r).reading.load(std::memory_order_seq_cst) != 0 &&
-           clock::now() < until &&
-           !(pids_[size_t(r)] != pids_[size_t(rank_)] &&
-             process_gone(pids_[size_t(r)], pidfds_[size_t(r)])))
-      std::this_thread::yield();
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    bool same_process = pids_[size_t(r)] == pids_[size_t(rank_)];
+    for (int spins = 0;
+         seg_.control(r).reading.load(std::memory_order_seq_cst) != 0 &&
+         (same_process ||
+          (clock::now() < until &&
+           !process_gone(pids_[size_t(r)], pidfds_[size_t(r)])));
+         ++spins) {
+      // A long copy: leave the CPU to it rather than spin beside it.
+      if (spins < 1024)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds{100});
+    }
+  }
   take_announcements(); // the readers are done with our buffers
 }
 
