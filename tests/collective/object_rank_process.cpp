@@ -8,6 +8,11 @@
 //               allgather_object, after the headers and before the
 //               payloads; the others exit 3 when the op failed with a lost
 //               peer (or a timeout) naming the op, 1 otherwise.
+//   mode "oom": the last rank limits its address space so that it cannot
+//               hold the others' large objects, then all allgather_object:
+//               it exits 3 when it failed with out_of_memory, the others
+//               exit 3 when they failed with a lost peer or an abort (not
+//               a timeout: they must learn at once); 1 otherwise.
 //   mode "msg": caf::message through each process's own actor system;
 //               rank 0's system alone does not register shard_plan, so the
 //               second allgather (of a shard_plan) fails on every rank:
@@ -17,6 +22,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -125,11 +131,86 @@ int run_messages(int world, int rank) {
   return 1;
 }
 
+// The process's mapped address space now, in bytes (/proc/self/statm).
+size_t address_space_in_use() {
+  unsigned long pages = 0;
+  if (auto* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  return pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Marks that this rank has its outcome (a file in the store's directory).
+void mark_done(const std::string& dir, int rank) {
+  auto path = dir + "/oom-done-" + std::to_string(rank);
+  if (auto* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+}
+
+// Waits (up to 60 s) until every other rank marked that it has its outcome:
+// a process that lives on after its error, as a real program does, so that
+// its peers cannot learn of it from its exit.
+void wait_for_peers(const std::string& dir, int world, int rank) {
+  for (int tries = 0; tries < 600; ++tries) {
+    bool all = true;
+    for (int r = 0; r < world; ++r)
+      if (r != rank &&
+          access((dir + "/oom-done-" + std::to_string(r)).c_str(), F_OK) != 0)
+        all = false;
+    if (all) return;
+    usleep(100 * 1000);
+  }
+}
+
+int out_of_memory_outcome(int world, int rank) {
+  bool starved = rank == world - 1;
+  // The others send 64 MiB each; the starved rank has 32 MiB to spare.
+  std::string mine(starved ? 16 : size_t{64} << 20, char('a' + rank));
+  if (starved) {
+    rlimit limit{};
+    limit.rlim_cur = address_space_in_use() + (size_t{32} << 20);
+    limit.rlim_max = RLIM_INFINITY;
+    if (setrlimit(RLIMIT_AS, &limit) != 0) {
+      std::fprintf(stderr, "rank %d: setrlimit failed\n", rank);
+      return 1;
+    }
+  }
+  try {
+    col::allgather_object(mine, "objs");
+  } catch (const col::collective_error& e) {
+    std::string text = e.what();
+    std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+    bool named = text.find("allgather_object") != std::string::npos;
+    if (starved) return e.code() == col::errc::out_of_memory && named ? 3 : 1;
+    return (e.code() == col::errc::peer_lost ||
+            e.code() == col::errc::aborted) &&
+               named
+             ? 3
+             : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: not a collective_error: %s\n", rank,
+                 e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "rank %d: allgather_object succeeded\n", rank);
+  return 1;
+}
+
+int run_out_of_memory(int world, int rank, const std::string& dir) {
+  int rc = out_of_memory_outcome(world, rank);
+  if (rank == world - 1)
+    wait_for_peers(dir, world, rank);
+  else
+    mark_done(dir, rank);
+  return rc;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s <world> <rank> <store dir> <ok|die|msg>\n",
+    std::fprintf(stderr,
+                 "usage: %s <world> <rank> <store dir> <ok|die|oom|msg>\n",
                  argv[0]);
     return 2;
   }
@@ -147,6 +228,7 @@ int main(int argc, char** argv) {
       col::destroy_collective_group("objs");
       return failures == 0 ? 0 : 1;
     }
+    if (mode == "oom") return run_out_of_memory(world, rank, argv[3]);
     if (mode == "msg") {
       int rc = run_messages(world, rank);
       col::destroy_collective_group("objs");

@@ -45,6 +45,17 @@ TEST_CASE("a rank that dies inside allgather_object fails the others with "
   CHECK(codes[1] == 3);
 }
 
+TEST_CASE("a rank that runs out of memory inside allgather_object fails "
+          "with out_of_memory and its peers learn at once") {
+  // Before: std::bad_alloc left that rank as no collective_error, and its
+  // peers waited in the payload exchange until their 20 s timeout.
+  auto codes = run_processes(3, "oom");
+  for (size_t r = 0; r < codes.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(codes[r] == 3);
+  }
+}
+
 TEST_CASE("caf::message objects move between 3 processes with their own "
           "registries and a type one registry lacks fails every rank") {
   auto codes = run_processes(3, "msg");

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "caf_collective/group.hpp"
 #include "runtime/lane.hpp"
@@ -253,8 +254,10 @@ object_test_hooks& test_hooks() {
   return hooks;
 }
 
-std::vector<char> broadcast_bytes(const object_call& call, int root,
-                                  encoded_object mine) {
+namespace {
+
+std::vector<char> broadcast_exchange(const object_call& call, int root,
+                                     encoded_object mine) {
   check_rank(call, root, "root");
   bool is_root = call.grp.rank() == root;
   header hdr{0, 0};
@@ -281,8 +284,8 @@ std::vector<char> broadcast_bytes(const object_call& call, int root,
   return bytes;
 }
 
-std::vector<std::vector<char>> allgather_bytes(const object_call& call,
-                                               encoded_object mine) {
+std::vector<std::vector<char>> allgather_exchange(const object_call& call,
+                                                  encoded_object mine) {
   auto headers = allgather_headers(call, prepare(mine));
   between_phases();
   if (any_failed(headers)) fail_serialization(call, headers, mine);
@@ -306,8 +309,8 @@ std::vector<std::vector<char>> allgather_bytes(const object_call& call,
   return split(flat, sizes, 0);
 }
 
-std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
-                                            encoded_object mine) {
+std::vector<std::vector<char>> gather_exchange(const object_call& call,
+                                               int root, encoded_object mine) {
   check_rank(call, root, "root");
   // Every rank learns every size (and every failure), so all of them agree
   // on the counts of the exchange below and on whether to run it at all.
@@ -346,8 +349,8 @@ std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
   return split(flat, layout.sizes, layout.stride());
 }
 
-std::vector<char> scatter_bytes(const object_call& call, int root,
-                                std::vector<encoded_object> parts) {
+std::vector<char> scatter_exchange(const object_call& call, int root,
+                                   std::vector<encoded_object> parts) {
   check_rank(call, root, "root");
   auto world = static_cast<size_t>(call.grp.world_size());
   bool is_root = call.grp.rank() == root;
@@ -431,7 +434,7 @@ std::vector<char> scatter_bytes(const object_call& call, int root,
   return result;
 }
 
-void send_bytes(const object_call& call, int dst, encoded_object mine) {
+void send_exchange(const object_call& call, int dst, encoded_object mine) {
   check_peer(call, dst, "destination");
   auto hdr = prepare(mine);
   send_options opts;
@@ -462,7 +465,7 @@ void send_bytes(const object_call& call, int dst, encoded_object mine) {
            std::to_string(mine.bytes.size()) + " bytes)");
 }
 
-std::vector<char> recv_bytes(const object_call& call, int src) {
+std::vector<char> recv_exchange(const object_call& call, int src) {
   check_peer(call, src, "source");
   header hdr{0, 0};
   recv_options opts;
@@ -483,8 +486,8 @@ std::vector<char> recv_bytes(const object_call& call, int src) {
   return bytes;
 }
 
-void send_verdict(const object_call& call, int src,
-                  const caf::error& decode_failure) {
+void send_verdict_exchange(const object_call& call, int src,
+                           const caf::error& decode_failure) {
   header verdict{decode_failure ? static_cast<int64_t>(errc::mismatch) : 0,
                  src};
   send_options opts;
@@ -499,8 +502,8 @@ void send_verdict(const object_call& call, int src,
            " does not deserialize: " + render(decode_failure));
 }
 
-void agree_on_decoding(const object_call& call, const caf::error& failure,
-                       int source) {
+void agree_on_decoding_exchange(const object_call& call,
+                                const caf::error& failure, int source) {
   header mine{failure ? static_cast<int64_t>(errc::mismatch) : 0,
               failure ? source : -1};
   auto verdicts = allgather_headers(call, mine);
@@ -519,6 +522,71 @@ void agree_on_decoding(const object_call& call, const caf::error& failure,
                        sources + ")";
   if (failure) detail += "; here: " + render(failure);
   fail(call, errc::mismatch, detail);
+}
+
+// A rank that runs out of memory in the middle of an object op cannot
+// take part in the exchange its peers are in (or about to enter): it
+// aborts its group, so they fail at once (peer_lost or aborted, naming
+// this rank) instead of at their deadline, and no later op of this rank
+// pairs with an exchange it skipped.
+template<class Exchange>
+auto within_memory(const object_call& call, Exchange&& exchange)
+  -> decltype(exchange()) {
+  try {
+    return exchange();
+  } catch (const std::bad_alloc&) {
+    auto why = "ran out of memory in the middle of the op (std::bad_alloc)";
+    call.grp.abort(where(call) + why);
+    fail(call, errc::out_of_memory,
+         std::string{why} + "; the group is aborted, since its peers wait "
+                            "for this rank in the op's exchanges");
+  }
+}
+
+} // namespace
+
+std::vector<char> broadcast_bytes(const object_call& call, int root,
+                                  encoded_object mine) {
+  return within_memory(
+    call, [&] { return broadcast_exchange(call, root, std::move(mine)); });
+}
+
+std::vector<std::vector<char>> allgather_bytes(const object_call& call,
+                                               encoded_object mine) {
+  return within_memory(
+    call, [&] { return allgather_exchange(call, std::move(mine)); });
+}
+
+std::vector<std::vector<char>> gather_bytes(const object_call& call, int root,
+                                            encoded_object mine) {
+  return within_memory(
+    call, [&] { return gather_exchange(call, root, std::move(mine)); });
+}
+
+std::vector<char> scatter_bytes(const object_call& call, int root,
+                                std::vector<encoded_object> parts) {
+  return within_memory(
+    call, [&] { return scatter_exchange(call, root, std::move(parts)); });
+}
+
+void send_bytes(const object_call& call, int dst, encoded_object mine) {
+  within_memory(call, [&] { send_exchange(call, dst, std::move(mine)); });
+}
+
+std::vector<char> recv_bytes(const object_call& call, int src) {
+  return within_memory(call, [&] { return recv_exchange(call, src); });
+}
+
+void send_verdict(const object_call& call, int src,
+                  const caf::error& decode_failure) {
+  within_memory(call,
+                [&] { send_verdict_exchange(call, src, decode_failure); });
+}
+
+void agree_on_decoding(const object_call& call, const caf::error& failure,
+                       int source) {
+  within_memory(call,
+                [&] { agree_on_decoding_exchange(call, failure, source); });
 }
 
 } // namespace caf_collective::detail
