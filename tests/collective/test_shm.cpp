@@ -318,6 +318,35 @@ TEST_CASE("shm: a formation whose creator was killed fails on the others "
   CHECK(test::shm_leftovers(group).empty());
 }
 
+TEST_CASE("shm: a segment whose creator was killed before any rank attached "
+          "is removed by a later formation on the host") {
+  // Rank 1 publishes its host and never attaches; rank 0 creates the
+  // segment and is killed while it waits. Nobody else knows the segment's
+  // name. Before: it stayed in /dev/shm until the next reboot.
+  test::temp_dir dir;
+  const std::string group = "killedalone"; // shm_leftovers finds it verbatim
+  auto joining = test::join_as_fake(
+    col::make_file_store((dir.path / group).string()), group, 1, 2);
+  auto started = std::chrono::steady_clock::now();
+  // Formation timeout 1 s: its segment is stale from then on.
+  auto creator = spawn("unformed", 2, 0, dir, group, {"1000"});
+  auto host = col::detail::shm::host_identity();
+  REQUIRE_FALSE(col::make_prefix_store("shm/" + group, joining.get())
+                  ->set("host/1", {host.begin(), host.end()}));
+  for (int tries = 0; tries < 100 && test::shm_leftovers(group).empty();
+       ++tries)
+    std::this_thread::sleep_for(10ms);
+  kill(creator, SIGKILL);
+  test::wait_process(creator, std::chrono::seconds{10});
+  REQUIRE_MESSAGE(!test::shm_leftovers(group).empty(),
+                  "the creator was killed before it created the segment");
+  // Past its deadline and the sweep's slack (2 s), any shm formation on
+  // this host removes it.
+  std::this_thread::sleep_until(started + 3500ms);
+  test::run_shm_threads(1, "sweeper", [](int, rank_log&) {});
+  CHECK(test::shm_leftovers(group).empty());
+}
+
 TEST_CASE("shm: ranks that disagree fail with mismatch naming them, and the "
           "group stays usable") {
   test::run_shm_threads(3, "disagree", [](int rank, rank_log& log) {

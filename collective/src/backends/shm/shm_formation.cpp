@@ -173,7 +173,10 @@ caf::expected<backend_ptr> make_shm_backend(const group_config& cfg,
           name, cfg.world_size,
           small ? area_bytes_small_groups : area_bytes_large_groups,
           small ? mailbox_bytes_small_groups : mailbox_bytes_large_groups,
-          small ? small_bytes_small_groups : small_bytes_large_groups)
+          small ? small_bytes_small_groups : small_bytes_large_groups,
+          std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              deadline - clock::now()))
       : segment::attach(name);
   if (!seg) {
     // The others wait for the segment's name: tell them why none comes.

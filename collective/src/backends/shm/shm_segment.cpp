@@ -2,10 +2,13 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <utility>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -24,7 +27,20 @@ namespace {
 // block in the area, reduce and the rooted copies use both areas, allreduce
 // stages only its peers' slices), so that a process of
 // another build refuses the segment instead of misreading it.
-constexpr uint64_t segment_magic = 0x6361666d73686d34ull; // "cafmshm4"
+constexpr uint64_t segment_magic = 0x6361666d73686d35ull; // "cafmshm5"
+
+// A stale segment is swept this long after its formation deadline: room
+// for wall-clock adjustments between the creator's clock read and ours.
+constexpr auto sweep_slack = std::chrono::seconds{2};
+
+// Segment names in /dev/shm start with this (fresh_segment_name).
+constexpr std::string_view name_prefix = "caf_collective_";
+
+int64_t wall_clock_ns(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           t.time_since_epoch())
+    .count();
+}
 
 constexpr size_t round_up(size_t x) noexcept {
   return (x + cache_line - 1) / cache_line * cache_line;
@@ -93,9 +109,11 @@ size_t segment::layout_bytes(int world_size, size_t area_bytes,
          w * w * mailbox_stride(mailbox_bytes);
 }
 
-caf::expected<segment> segment::create(const std::string& name, int world_size,
-                                       size_t area_bytes, size_t mailbox_bytes,
-                                       size_t small_bytes) {
+caf::expected<segment>
+segment::create(const std::string& name, int world_size, size_t area_bytes,
+                size_t mailbox_bytes, size_t small_bytes,
+                std::chrono::system_clock::time_point attach_by) {
+  sweep_stale_segments();
   auto bytes = layout_bytes(world_size, area_bytes, mailbox_bytes, small_bytes);
   // tmpfs gives pages on first touch, so a segment larger than /dev/shm's
   // free space maps fine and fails later, mid-op, with SIGBUS (a
@@ -131,6 +149,7 @@ caf::expected<segment> segment::create(const std::string& name, int world_size,
   result.base_ = static_cast<std::byte*>(base);
   result.header_ = new (base) segment_header{};
   auto& h = *result.header_;
+  h.attach_by_ns = wall_clock_ns(attach_by);
   h.world_size = static_cast<uint32_t>(world_size);
   h.area_bytes = round_up(area_bytes);
   h.mailbox_bytes = round_up(mailbox_bytes);
@@ -233,6 +252,37 @@ std::string fresh_segment_name(const std::string& group) {
     safe += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return "/caf_collective_" + safe + "_" + std::to_string(getpid()) + "_" +
          std::to_string(rd()) + std::to_string(rd());
+}
+
+// sweep_stale_segments reads these two words of a segment it never maps.
+static_assert(offsetof(segment_header, magic) == 0 &&
+              offsetof(segment_header, attach_by_ns) == sizeof(uint64_t));
+
+void sweep_stale_segments() noexcept {
+  auto now = wall_clock_ns(std::chrono::system_clock::now());
+  auto slack = std::chrono::nanoseconds{sweep_slack}.count();
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (auto* entry = readdir(dir)) {
+    std::string_view file = entry->d_name;
+    if (!file.starts_with(name_prefix)) continue;
+    // Read-only and never mapped: a segment being created, or one of
+    // another user (whose name we could not remove from the sticky
+    // /dev/shm anyway), is only looked at.
+    int fd = openat(dirfd(dir), entry->d_name,
+                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    uint64_t head[2] = {0, 0}; // magic, attach_by_ns
+    bool stale =
+      fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+      pread(fd, head, sizeof(head), 0) == static_cast<ssize_t>(sizeof(head)) &&
+      head[0] == segment_magic && static_cast<int64_t>(head[1]) < now - slack;
+    close(fd);
+    // shm_unlink takes the name with its leading slash.
+    if (stale) shm_unlink(("/" + std::string{file}).c_str());
+  }
+  closedir(dir);
 }
 
 } // namespace caf_collective::detail::shm

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -36,6 +37,10 @@ inline constexpr int max_world_size = 256;
 
 struct alignas(cache_line) segment_header {
   uint64_t magic;
+  /// Wall-clock time (CLOCK_REALTIME, ns since the epoch) after which no
+  /// rank attaches: the creator's formation deadline. A segment still named
+  /// after it was left by ranks killed while forming (sweep_stale_segments).
+  int64_t attach_by_ns;
   uint32_t world_size;
   uint32_t small_bytes; // of one small-op slot
   uint64_t area_bytes;
@@ -201,10 +206,13 @@ class segment {
   segment& operator=(const segment&) = delete;
   ~segment();
 
-  /// Creates and maps a new segment named `name` for `world_size` ranks.
-  static caf::expected<segment> create(const std::string& name, int world_size,
-                                       size_t area_bytes, size_t mailbox_bytes,
-                                       size_t small_bytes);
+  /// Creates and maps a new segment named `name` for `world_size` ranks,
+  /// which attach by `attach_by` (the formation's deadline) or never.
+  /// Sweeps stale segments first (sweep_stale_segments).
+  static caf::expected<segment>
+  create(const std::string& name, int world_size, size_t area_bytes,
+         size_t mailbox_bytes, size_t small_bytes,
+         std::chrono::system_clock::time_point attach_by);
 
   /// Maps the segment another rank created.
   static caf::expected<segment> attach(const std::string& name);
@@ -259,5 +267,12 @@ class segment {
 
 /// A name for a new segment, unique on this host.
 std::string fresh_segment_name(const std::string& group);
+
+/// Removes the names of this user's segments in /dev/shm whose formation
+/// deadline passed more than a few seconds ago: every rank unlinks a
+/// segment once all attached, or when the formation fails, so a name still
+/// there was left by ranks that were all killed while forming (a creator
+/// killed before anyone attached). Nobody attaches such a segment again.
+void sweep_stale_segments() noexcept;
 
 } // namespace caf_collective::detail::shm
