@@ -380,8 +380,9 @@ TEST_CASE("a Gloo op ends at its own timeout even when each of its waits "
           "is shorter") {
   // Gloo bounds each wait inside an op, not the op: a gather's root waits
   // for its peers one after the other, each wait with the whole timeout.
-  // Before: with peers arriving at 0.4 and 1.2 times the op's timeout the
-  // root's gather returned success after 1.2 timeouts.
+  // Before: with peers arriving at 0.6 and 1.3 times the op's timeout the
+  // root's gather returned success after 1.3 timeouts (its second wait ran
+  // from 0.6 to 1.6). Each margin is 0.3 timeouts.
   auto store = col::make_in_process_store();
   auto results = test::run_threads(3, [&](int rank, rank_log& log) {
     col::init_collective_group(3, rank, "gloo", "op-deadline",
@@ -396,7 +397,7 @@ TEST_CASE("a Gloo op ends at its own timeout even when each of its waits "
                                  "op-deadline", opts);
                    });
     } else {
-      std::this_thread::sleep_for(rank == 1 ? 400ms : 1200ms);
+      std::this_thread::sleep_for(rank == 1 ? 600ms : 1300ms);
       try {
         col::gather(col::view_of(in), col::view_of(out), "op-deadline", opts);
       } catch (const col::collective_error&) {
@@ -404,8 +405,51 @@ TEST_CASE("a Gloo op ends at its own timeout even when each of its waits "
         log.expect(rank == 2, "rank 1 came in time and failed");
       }
     }
-    std::this_thread::sleep_for(1700ms - (rank == 2 ? 1200ms : 0ms));
+    std::this_thread::sleep_for(1800ms - (rank == 2 ? 1300ms : 0ms));
     col::destroy_collective_group("op-deadline");
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("a transfer half through when its Gloo group's other op reaches "
+          "its deadline fails as aborted by that timeout") {
+  // The watchdog wakes the backend's own half-done transfers, which Gloo
+  // leaves asleep. Before: the woken send reported backend_error ("the
+  // wait was woken by an abort"), which could become the group's broken
+  // reason in place of the timeout.
+  auto store = col::make_in_process_store();
+  std::vector<std::byte> big(size_t{512} << 20);
+  std::vector<std::byte> landing(size_t{512} << 20);
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "half-through",
+                               test::group_options(store, 20s));
+    auto view = [](std::vector<std::byte>& v) {
+      return col::tensor_view{v.data(), col::dtype::uint8, v.size()};
+    };
+    if (rank == 0) {
+      col::send_options so;
+      so.tag = 9;
+      auto sending = col::send_async(view(big), 1, "half-through", so);
+      col::barrier_options bo;
+      bo.timeout = 100ms; // rank 1 never joins it
+      expect_error(log, "barrier", col::errc::timeout,
+                   {"not finished within 100 ms"},
+                   [&] { col::barrier("half-through", bo); });
+      auto err = sending.wait();
+      // A send that finished before the deadline is no failure either.
+      if (err)
+        expect_error_of(log, "send", err, col::errc::aborted,
+                        {"another op of this rank's group timed out"});
+    } else {
+      col::recv_options ro;
+      ro.tag = 9;
+      try {
+        col::recv(view(landing), 0, "half-through", ro);
+      } catch (const col::collective_error&) {
+        // Rank 0 failed its connections: peer_lost or a timeout here.
+      }
+    }
+    col::destroy_collective_group("half-through");
   });
   test::check_ranks(results);
 }

@@ -631,8 +631,9 @@ TEST_CASE("shm starts: a peer's abort that lands after can_start and before "
 
 namespace {
 
-// When the slow reader below let go of the reading hook (after which it
-// still copies); set by the hook, on rank 1 only.
+// When the slow reader below entered and let go of the reading hook (after
+// which it still copies); set by the hook, on rank 1 only.
+std::atomic<bool> slow_reader_reading{false};
 std::atomic<clock_type::rep> slow_reader_done{0};
 
 clock_type::rep stamp() {
@@ -651,8 +652,10 @@ TEST_CASE("shm: an abort waits for a reader of its own process however "
   REQUIRE(backends[0]);
   REQUIRE(backends[1]);
   slow_reader_done = 0;
+  slow_reader_reading = false;
   shm::reading_test_hook = [](shm::shm_backend& be) {
     if (be.rank() != 1) return;
+    slow_reader_reading = true;
     std::this_thread::sleep_for(6s);
     slow_reader_done = stamp();
   };
@@ -667,8 +670,9 @@ TEST_CASE("shm: an abort waits for a reader of its own process however "
       errs[size_t(rank)] = backends[size_t(rank)]->allreduce(
         col::op_call{1, 30s}, col::view_of(x), col::view_of(x), {});
     }};
-  // Rank 1 is reading rank 0's input by now.
-  std::this_thread::sleep_for(300ms);
+  // Once rank 1 reads rank 0's input.
+  while (!slow_reader_reading)
+    std::this_thread::sleep_for(10ms);
   backends[0]->abort("the test aborts rank 0");
   auto aborted = stamp();
   for (auto& t : ranks)

@@ -3,6 +3,7 @@
 // gloo_reductions.cpp and gloo_reduce_scatter.cpp.
 #include "backends/gloo/gloo_backend.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -43,22 +44,38 @@ gloo_backend::gloo_backend(const group_config& cfg,
                            std::shared_ptr<gloo::Context> ctx)
   : group_name_(cfg.name), rank_(cfg.rank), world_size_(cfg.world_size),
     context_(std::move(ctx)) {
-  // The watchdog rings as Gloo does when one of its waits times out: every
-  // connection of the group fails, which wakes every wait in Gloo and
-  // tells the peers; live_ wakes the waits whose transfer was half done.
-  if (world_size_ > 1)
-    watchdog_.emplace([this] {
-      fail_connections();
-      live_.abort_all();
-    });
+  if (world_size_ > 1) watchdog_.emplace([this] { end_every_wait(); });
 }
+
+void gloo_backend::end_every_wait() noexcept {
+  // As Gloo does when one of its waits times out: every connection of the
+  // group fails, which wakes every wait in Gloo and tells the peers; live_
+  // wakes the waits whose transfer was half done, which Gloo leaves.
+  timed_out_.store(true);
+  fail_connections();
+  live_.abort_all();
+}
+
+namespace {
+
+// The watchdog rings this long after an op's deadline: an op whose single
+// wait in Gloo runs out then reports Gloo's own words (which wait, in which
+// of its files), and only an op of several waits is cut short by the ring.
+std::chrono::milliseconds ring_grace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 10, std::chrono::milliseconds{50},
+                    std::chrono::milliseconds{2000});
+}
+
+} // namespace
 
 gloo_backend::op_watch::op_watch(gloo_backend& self, op_kind op,
                                  const op_call& call)
   : dog_(self.watchdog_ ? &*self.watchdog_ : nullptr),
     slot_(op == op_kind::send ? 1 : 0), seq_(call.seq) {
   owner_ = dog_ != nullptr && call.timeout.count() > 0 &&
-           dog_->watch(slot_, seq_, op_watchdog::clock::now() + call.timeout);
+           dog_->watch(slot_, seq_,
+                       op_watchdog::clock::now() + call.timeout +
+                         ring_grace(call.timeout));
 }
 
 gloo_backend::op_watch::~op_watch() {
@@ -107,8 +124,8 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
   };
   // When any wait of a group times out, Gloo closes every connection of
   // the group: the other ops then in flight fail with this, and it is not
-  // their own timeout.
-  if (contains("Application timeout caused pair closure"))
+  // their own timeout. So do the waits end_every_wait() woke (live_).
+  if (contains("Application timeout caused pair closure") || timed_out_.load())
     return make_error(errc::aborted, context(op, call),
                       "another op of this rank's group timed out, and Gloo "
                       "then closes every connection of the group; Gloo: " +
@@ -126,6 +143,13 @@ caf::error gloo_backend::translate(op_kind op, const op_call& call,
                         " lost; Gloo: " + what);
   }
   return make_error(errc::backend_error, context(op, call), "Gloo: " + what);
+}
+
+caf::error gloo_backend::settled(op_kind op, const op_call& call,
+                                 op_watch& watch, caf::error err) const {
+  if (!err && watch.finish_late())
+    return timed_out(op, call, "stopped at the op's deadline");
+  return err;
 }
 
 caf::error gloo_backend::timed_out(op_kind op, const op_call& call,

@@ -154,6 +154,11 @@ class gloo_backend : public backend {
   caf::error translate(op_kind op, const op_call& call,
                        const std::exception& ex) const;
 
+  /// `err`, or `timeout` when the op (its last stage, run by guarded under
+  /// the outer `watch`) succeeded but ran past its deadline.
+  caf::error settled(op_kind op, const op_call& call, op_watch& watch,
+                     caf::error err) const;
+
   /// `timeout`: the op did not finish within its timeout; `detail` says
   /// where it stood.
   caf::error timed_out(op_kind op, const op_call& call,
@@ -168,6 +173,10 @@ class gloo_backend : public backend {
 
   /// Fails every connection of the context (abort).
   void fail_connections() noexcept;
+
+  /// An op of this group timed out: ends every wait of the group, as Gloo
+  /// does for its own (the watchdog's ring; guarded after Gloo's timeout).
+  void end_every_wait() noexcept;
 
   /// alltoall(v): the bytes to send, `in`'s own or, in place (`in` is
   /// `out`), a copy of them in the scratch buffer.
@@ -226,6 +235,8 @@ class gloo_backend : public backend {
   // filled once by warm_up.
   std::vector<std::pair<std::string, int>> peer_addresses_;
   std::atomic<bool> aborted_{false};
+  // Set by end_every_wait(): what later fails in Gloo failed because of it.
+  std::atomic<bool> timed_out_{false};
   live_buffers live_;
   std::mutex abort_mtx_;
   std::string abort_reason_;
@@ -276,7 +287,12 @@ caf::error gloo_backend::guarded(op_kind op, const op_call& call,
       return timed_out(op, call,
                        "stopped at the op's deadline; Gloo: " +
                          std::string{ex.what()});
-    return translate(op, call, ex);
+    auto err = translate(op, call, ex);
+    // Gloo's own wait for this op timed out before the watchdog rang: Gloo
+    // failed the connections, but the half-done transfers of the other
+    // lane wait on (live_).
+    if (code_of(err) == errc::timeout) end_every_wait();
+    return err;
   } catch (...) {
     return make_error(errc::backend_error, context(op, call),
                       "unknown exception from Gloo");

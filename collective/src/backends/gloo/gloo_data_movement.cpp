@@ -74,7 +74,7 @@ caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
   op_watch watch{*this, op_kind::allgatherv, call};
   if (world_size_ > 1)
     if (auto err = agree_allgatherv(call, in.type(), vopts.counts)) return err;
-  return guarded(op_kind::allgatherv, call, [&] {
+  auto err = guarded(op_kind::allgatherv, call, [&] {
     if (out.nbytes() == 0) return;
     if (world_size_ == 1) return copy_bytes(out, in);
     std::vector<size_t> byte_counts;
@@ -89,6 +89,7 @@ caf::error gloo_backend::allgatherv(const op_call& call, const tensor_view& in,
     opts.setOutput(bytes_of(out), std::move(byte_counts));
     gloo::allgatherv(opts);
   });
+  return settled(op_kind::allgatherv, call, watch, std::move(err));
 }
 
 caf::error gloo_backend::gather(const op_call& call, const tensor_view& in,
@@ -165,7 +166,7 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
     if (auto err = agree_alltoallv(call, in.type(), vopts.send_counts,
                                    vopts.recv_counts))
       return err;
-  return guarded(op_kind::alltoallv, call, [&] {
+  auto err = guarded(op_kind::alltoallv, call, [&] {
     if (world_size_ == 1) return copy_bytes(out, in);
     auto to_bytes = [&](const std::vector<size_t>& counts) {
       std::vector<int64_t> result;
@@ -182,6 +183,7 @@ caf::error gloo_backend::alltoallv(const op_call& call, const tensor_view& in,
     opts.setOutput(bytes_of(out), to_bytes(vopts.recv_counts));
     gloo::alltoallv(opts);
   });
+  return settled(op_kind::alltoallv, call, watch, std::move(err));
 }
 
 } // namespace caf_collective::detail

@@ -507,8 +507,10 @@ void shm_backend::abort(std::string_view why) {
 void shm_backend::wait_for_readers() {
   if (!direct_ && !single_copy_) return;
   // A reader in this process is a thread that copies or reduces between
-  // its marks and never waits there: it finishes, however long a large op
-  // takes on a crowded host. Our caller may unmap the buffers as soon as
+  // its marks and never waits there for this rank (at most 1 s for the
+  // reason of a peer in another process whose memory it could not read,
+  // shm_single_copy.cpp): it finishes, however long a large op takes on a
+  // crowded host. Our caller may unmap the buffers as soon as
   // we return, which would crash that thread: wait for it without a bound.
   // A reader in another process may be stopped (SIGSTOP) between two of
   // its reads and hold its mark for ever: at most 5 s for it. A late read
