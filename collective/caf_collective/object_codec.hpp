@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -168,6 +169,10 @@ encoded_object encode_object(const T& x, caf::actor_system* sys) {
                                describe_codec_failure("serialize", name, err));
       out.bytes.clear();
     }
+  } catch (const std::bad_alloc&) {
+    out.bytes = {}; // gives the memory back
+    out.failure = make_error(errc::out_of_memory,
+                             "cannot serialize " + name + ": out of memory");
   } catch (const std::exception& e) {
     out.failure = make_error(errc::invalid_argument,
                              "cannot serialize " + name + ": " + e.what());
@@ -184,7 +189,7 @@ encoded_object encode_object(const T& x, caf::actor_system* sys) {
 
 /// Reads a `T` from exactly `size` bytes into `out` (left unchanged on
 /// failure). Fails with mismatch when the bytes do not read as a `T` or
-/// leave bytes over.
+/// leave bytes over, with out_of_memory when the `T` does not fit.
 template<class T>
 caf::error decode_object(const char* data, size_t size, T& out,
                          caf::actor_system* sys) {
@@ -211,6 +216,10 @@ caf::error decode_object(const char* data, size_t size, T& out,
                                           " of " + std::to_string(size) +
                                           " bytes left over");
     out = std::move(tmp);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory,
+                      "cannot deserialize " + name + ": out of memory (" +
+                        std::to_string(size) + " bytes received)");
   } catch (const std::exception& e) {
     return make_error(errc::mismatch,
                       "cannot deserialize " + name + ": " + e.what());

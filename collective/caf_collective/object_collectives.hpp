@@ -12,6 +12,10 @@
 //   - invalid_argument: a rank could not serialize (names that rank and why),
 //   - mismatch: a rank could not deserialize what it received (type
 //     mismatch between ranks or corrupted bytes),
+//   - out_of_memory: a rank's object or what it received does not fit in
+//     its memory while it serializes or reads it (the group stays usable);
+//     between the exchanges the rank aborts the group instead, and its
+//     peers see peer_lost or aborted,
 //   - peer_lost / timeout / aborted: from the tensor ops underneath.
 // The calls block (the caller's thread runs the tensor ops) and throw
 // collective_error; call them where the imperative API may block, never on

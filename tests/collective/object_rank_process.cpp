@@ -7,12 +7,18 @@
 //   mode "die": the last rank exits (code 7) in the middle of an
 //               allgather_object, after the headers and before the
 //               payloads; the others exit 3 when the op failed with a lost
-//               peer (or a timeout) naming the op, 1 otherwise.
+//               peer naming the op (its death closed the connections: a
+//               timeout would mean nobody noticed), 1 otherwise.
 //   mode "oom": the last rank limits its address space so that it cannot
 //               hold the others' large objects, then all allgather_object:
 //               it exits 3 when it failed with out_of_memory, the others
 //               exit 3 when they failed with a lost peer or an abort (not
 //               a timeout: they must learn at once); 1 otherwise.
+//   mode "oom-read": rank 0 broadcasts a 64 MiB string that the last rank
+//               can receive but not read into a string (address-space
+//               limit): every rank exits 3 when all failed with
+//               out_of_memory naming that reader and a barrier then
+//               still worked; 1 otherwise.
 //   mode "msg": caf::message through each process's own actor system;
 //               rank 0's system alone does not register shard_plan, so the
 //               second allgather (of a shard_plan) fails on every rank:
@@ -196,6 +202,41 @@ int out_of_memory_outcome(int world, int rank) {
   return 1;
 }
 
+// Rank 0 broadcasts a 64 MiB string; the last rank can hold the bytes but
+// not the string read from them. Every rank must fail with out_of_memory
+// naming the reader, and the group must stay usable.
+int read_out_of_memory(int world, int rank) {
+  bool starved = rank == world - 1;
+  std::string obj(rank == 0 ? size_t{64} << 20 : 0, 'r');
+  if (starved) {
+    rlimit limit{};
+    limit.rlim_cur = address_space_in_use() + (size_t{96} << 20);
+    limit.rlim_max = RLIM_INFINITY;
+    if (setrlimit(RLIMIT_AS, &limit) != 0) return 1;
+  }
+  int rc = 1;
+  try {
+    col::broadcast_object(obj, 0, "objs");
+    std::fprintf(stderr, "rank %d: broadcast_object succeeded\n", rank);
+  } catch (const col::collective_error& e) {
+    std::string text = e.what();
+    std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+    auto reader =
+      "rank(s) [" + std::to_string(world - 1) + "] ran out of memory";
+    if (e.code() == col::errc::out_of_memory &&
+        text.find("broadcast_object") != std::string::npos &&
+        text.find(reader) != std::string::npos)
+      rc = 3;
+  }
+  if (starved) {
+    // Room again for the barrier's own needs.
+    rlimit limit{RLIM_INFINITY, RLIM_INFINITY};
+    setrlimit(RLIMIT_AS, &limit);
+  }
+  col::barrier("objs"); // the group is still usable: throws otherwise
+  return rc;
+}
+
 int run_out_of_memory(int world, int rank, const std::string& dir) {
   int rc = out_of_memory_outcome(world, rank);
   if (rank == world - 1)
@@ -209,9 +250,10 @@ int run_out_of_memory(int world, int rank, const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr,
-                 "usage: %s <world> <rank> <store dir> <ok|die|oom|msg>\n",
-                 argv[0]);
+    std::fprintf(
+      stderr,
+      "usage: %s <world> <rank> <store dir> <ok|die|oom|oom-read|msg>\n",
+      argv[0]);
     return 2;
   }
   int world = std::atoi(argv[1]);
@@ -229,6 +271,11 @@ int main(int argc, char** argv) {
       return failures == 0 ? 0 : 1;
     }
     if (mode == "oom") return run_out_of_memory(world, rank, argv[3]);
+    if (mode == "oom-read") {
+      int rc = read_out_of_memory(world, rank);
+      col::destroy_collective_group("objs");
+      return rc;
+    }
     if (mode == "msg") {
       int rc = run_messages(world, rank);
       col::destroy_collective_group("objs");
@@ -243,10 +290,8 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const col::collective_error& e) {
     std::string text = e.what();
-    bool expected =
-      mode == "die" &&
-      (e.code() == col::errc::peer_lost || e.code() == col::errc::timeout) &&
-      text.find("allgather_object") != std::string::npos;
+    bool expected = mode == "die" && e.code() == col::errc::peer_lost &&
+                    text.find("allgather_object") != std::string::npos;
     std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
     return expected ? 3 : 1;
   } catch (const std::exception& e) {

@@ -87,12 +87,23 @@ void between_phases() {
 }
 
 // The code a failed rank announced. Ranks only ever announce
-// invalid_argument (they could not serialize); anything else is a header
-// that was not written by an object op.
+// invalid_argument (they could not serialize) or out_of_memory; anything
+// else is a header that was not written by an object op.
 errc status_code(int64_t status) {
-  return static_cast<errc>(status) == errc::invalid_argument
-           ? errc::invalid_argument
+  auto code = static_cast<errc>(status);
+  return code == errc::invalid_argument || code == errc::out_of_memory
+           ? code
            : errc::mismatch;
+}
+
+// What a reader tells the others about the bytes it received: 0, or why it
+// could not read them (out_of_memory: the object did not fit; mismatch:
+// the bytes do not read as its type).
+int64_t verdict_of(const caf::error& decode_failure) {
+  if (!decode_failure) return 0;
+  return static_cast<int64_t>(code_of(decode_failure) == errc::out_of_memory
+                                ? errc::out_of_memory
+                                : errc::mismatch);
 }
 
 size_t checked_size(const object_call& call, int64_t size, int from) {
@@ -459,9 +470,11 @@ void send_exchange(const object_call& call, int dst, encoded_object mine) {
   run(call, "the receiver's verdict",
       [&] { return call.grp.recv(int64_view(verdict), ropts); });
   if (verdict[0] != 0)
-    fail(call, errc::mismatch,
+    fail(call, status_code(verdict[0]),
          "rank " + std::to_string(dst) +
-           " could not deserialize the object this rank sent (" +
+           (status_code(verdict[0]) == errc::out_of_memory
+              ? " ran out of memory reading the object this rank sent ("
+              : " could not deserialize the object this rank sent (") +
            std::to_string(mine.bytes.size()) + " bytes)");
 }
 
@@ -488,8 +501,7 @@ std::vector<char> recv_exchange(const object_call& call, int src) {
 
 void send_verdict_exchange(const object_call& call, int src,
                            const caf::error& decode_failure) {
-  header verdict{decode_failure ? static_cast<int64_t>(errc::mismatch) : 0,
-                 src};
+  header verdict{verdict_of(decode_failure), src};
   send_options opts;
   opts.timeout = call.opts.timeout;
   opts.peer = src;
@@ -497,31 +509,35 @@ void send_verdict_exchange(const object_call& call, int src,
   run(call, "the verdict",
       [&] { return call.grp.send(int64_view(verdict), opts); });
   if (decode_failure)
-    fail(call, errc::mismatch,
+    fail(call, status_code(verdict[0]),
          "the object from rank " + std::to_string(src) +
            " does not deserialize: " + render(decode_failure));
 }
 
 void agree_on_decoding_exchange(const object_call& call,
                                 const caf::error& failure, int source) {
-  header mine{failure ? static_cast<int64_t>(errc::mismatch) : 0,
-              failure ? source : -1};
+  header mine{verdict_of(failure), failure ? source : -1};
   auto verdicts = allgather_headers(call, mine);
   std::vector<int> failed;
   std::string sources;
+  // out_of_memory only when every failed reader ran out of memory: bytes
+  // that do not read as the type are the graver news.
+  bool all_out_of_memory = true;
   for (size_t r = 0; r < verdicts.size(); ++r)
     if (verdicts[r][0] != 0) {
       failed.push_back(static_cast<int>(r));
       sources += (sources.empty() ? "" : ", ") + std::to_string(r) + " <- " +
                  std::to_string(verdicts[r][1]);
+      all_out_of_memory &= status_code(verdicts[r][0]) == errc::out_of_memory;
     }
   if (failed.empty()) return;
-  std::string detail = "rank(s) " + list_ranks(failed) +
-                       " could not deserialize what they received (reader <- "
-                       "sender: " +
-                       sources + ")";
+  std::string detail =
+    "rank(s) " + list_ranks(failed) +
+    (all_out_of_memory ? " ran out of memory reading what they received"
+                       : " could not deserialize what they received") +
+    " (reader <- sender: " + sources + ")";
   if (failure) detail += "; here: " + render(failure);
-  fail(call, errc::mismatch, detail);
+  fail(call, all_out_of_memory ? errc::out_of_memory : errc::mismatch, detail);
 }
 
 // A rank that runs out of memory in the middle of an object op cannot
