@@ -7,7 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <latch>
+#include <random>
 #include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <sys/mman.h>
 
@@ -318,31 +322,57 @@ TEST_CASE("shm: a formation whose creator was killed fails on the others "
   CHECK(test::shm_leftovers(group).empty());
 }
 
+namespace {
+
+// The creator's formation deadline (wall-clock ns) in the header of the
+// segment file `path` once the creator wrote it (its magic comes last), or
+// 0 while it has not.
+int64_t attach_by_of(const std::string& path) {
+  uint64_t head[2] = {0, 0}; // magic, attach_by_ns
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  auto got = pread(fd, head, sizeof(head), 0);
+  close(fd);
+  return got == static_cast<ssize_t>(sizeof(head)) && head[0] != 0
+           ? static_cast<int64_t>(head[1])
+           : 0;
+}
+
+} // namespace
+
 TEST_CASE("shm: a segment whose creator was killed before any rank attached "
           "is removed by a later formation on the host") {
   // Rank 1 publishes its host and never attaches; rank 0 creates the
   // segment and is killed while it waits. Nobody else knows the segment's
   // name. Before: it stayed in /dev/shm until the next reboot.
   test::temp_dir dir;
-  const std::string group = "killedalone"; // shm_leftovers finds it verbatim
+  // shm_leftovers finds it verbatim; fresh per run.
+  const std::string group =
+    "killedalone" + std::to_string(std::random_device{}() % 100000000);
   auto joining = test::join_as_fake(
     col::make_file_store((dir.path / group).string()), group, 1, 2);
-  auto started = std::chrono::steady_clock::now();
-  // Formation timeout 1 s: its segment is stale from then on.
-  auto creator = spawn("unformed", 2, 0, dir, group, {"1000"});
+  // Formation timeout 2 s: its segment is stale 2 s (the sweep's slack)
+  // after that.
+  auto creator = spawn("unformed", 2, 0, dir, group, {"2000"});
   auto host = col::detail::shm::host_identity();
   REQUIRE_FALSE(col::make_prefix_store("shm/" + group, joining.get())
                   ->set("host/1", {host.begin(), host.end()}));
-  for (int tries = 0; tries < 100 && test::shm_leftovers(group).empty();
-       ++tries)
-    std::this_thread::sleep_for(10ms);
+  int64_t attach_by = 0;
+  for (int tries = 0; tries < 2000 && attach_by == 0; ++tries) {
+    auto names = test::shm_leftovers(group);
+    if (!names.empty()) attach_by = attach_by_of(names.front());
+    if (attach_by == 0) std::this_thread::sleep_for(1ms);
+  }
   kill(creator, SIGKILL);
   test::wait_process(creator, std::chrono::seconds{10});
-  REQUIRE_MESSAGE(!test::shm_leftovers(group).empty(),
-                  "the creator was killed before it created the segment");
-  // Past its deadline and the sweep's slack (2 s), any shm formation on
-  // this host removes it.
-  std::this_thread::sleep_until(started + 3500ms);
+  REQUIRE_MESSAGE(attach_by != 0, "the creator never wrote its segment");
+  REQUIRE(!test::shm_leftovers(group).empty());
+  // Past its deadline and the sweep's slack, any shm formation on this
+  // host removes it.
+  auto stale_at = std::chrono::system_clock::time_point{
+    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::nanoseconds{attach_by})};
+  std::this_thread::sleep_until(stale_at + 2500ms);
   test::run_shm_threads(1, "sweeper", [](int, rank_log&) {});
   CHECK(test::shm_leftovers(group).empty());
 }

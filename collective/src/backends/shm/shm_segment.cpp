@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "caf_collective/error.hpp"
+#include "caf_collective/options.hpp"
 
 namespace caf_collective::detail::shm {
 
@@ -192,6 +193,15 @@ caf::expected<segment> segment::attach(const std::string& name) {
     return make_error(errc::backend_error,
                       "shared memory: segment '" + name +
                         "' is not a caf-collective segment of this version");
+  // Past its creator's deadline the segment is stale: another formation
+  // may remove its name at any moment (sweep_stale_segments).
+  if (result.header_->attach_by_ns <
+      wall_clock_ns(std::chrono::system_clock::now()) -
+        std::chrono::nanoseconds{sweep_slack}.count())
+    return make_error(errc::timeout,
+                      "shared memory: segment '" + name +
+                        "' is past its formation's deadline (rank 0 gave up "
+                        "on this formation)");
   // Any rank may remove the name, not only its creator: a formation that
   // fails after the creator died must not leave the segment behind.
   result.name_ = name;
@@ -274,10 +284,19 @@ void sweep_stale_segments() noexcept {
     if (fd < 0) continue;
     struct stat st {};
     uint64_t head[2] = {0, 0}; // magic, attach_by_ns
-    bool stale =
-      fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-      pread(fd, head, sizeof(head), 0) == static_cast<ssize_t>(sizeof(head)) &&
-      head[0] == segment_magic && static_cast<int64_t>(head[1]) < now - slack;
+    bool ours =
+      fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+    bool read = ours && pread(fd, head, sizeof(head), 0) ==
+                          static_cast<ssize_t>(sizeof(head));
+    bool stale;
+    if (read && head[0] == segment_magic && head[1] != 0) {
+      stale = static_cast<int64_t>(head[1]) < now - slack;
+    } else {
+      // Its creator was killed before it wrote the header (or it is of no
+      // version we know): stale once older than any formation can last.
+      auto age = std::chrono::seconds{time(nullptr) - st.st_mtime};
+      stale = ours && age > max_timeout + sweep_slack;
+    }
     close(fd);
     // shm_unlink takes the name with its leading slash.
     if (stale) shm_unlink(("/" + std::string{file}).c_str());
