@@ -497,8 +497,9 @@ TEST_CASE("a member that dies while its peer waits in a member-initiated "
     [&](std::vector<float>&) { FAIL("the op succeeded without its peer"); },
     [&](caf::error& err) {
       auto s = text(err);
+      CHECK(col::code_of(err) == col::errc::peer_lost);
       CHECK(contains(s, "'die'"));
-      CHECK(contains(s, "rank 1"));
+      CHECK(contains(s, "rank 1 died"));
     },
     caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
 }

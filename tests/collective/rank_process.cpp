@@ -1,6 +1,7 @@
 // One rank of a multi-process test: joins a Gloo group through a file store,
 // runs allreduce, allgather and broadcast, checks the results and exits 0
-// (all right) or 1 (wrong result or error, printed to stderr).
+// (all right), 4 (the group's formation timed out naming the ranks that
+// never joined) or 1 (wrong result or any other error, printed to stderr).
 //
 // Usage: collective_rank_process <world size> <rank> <store dir> [timeout ms]
 #include <cstdio>
@@ -78,6 +79,12 @@ int main(int argc, char** argv) {
       }
     col::barrier("procs");
     col::destroy_collective_group("procs");
+  } catch (const col::collective_error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    bool never_joined =
+      e.code() == col::errc::timeout &&
+      std::string{e.what()}.find("never joined") != std::string::npos;
+    return never_joined ? 4 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return 1;

@@ -812,12 +812,19 @@ TEST_CASE("gloo: an abort ends a send and a recv whose message is half "
     col::destroy_collective_group(g);
     log.expect(under_way, "the message was through within 100 ms");
     // The abort needs Gloo's network thread for a moment, which a slow
-    // build (TSan: ~50 MB/s) may keep busy until the message is through:
-    // then the op succeeds. What must never happen is the wait to the
-    // deadline.
-    log.expect(!err || col::code_of(err) == col::errc::aborted ||
+    // sanitizer build (TSan: ~50 MB/s) may keep busy until the message is
+    // through: there the op may succeed. Elsewhere the rest of the message
+    // takes 0.2 s or more, and the abort must end the op.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    bool through_first_allowed = true;
+#else
+    bool through_first_allowed = false;
+#endif
+    log.expect((!err && through_first_allowed) ||
+                 col::code_of(err) == col::errc::aborted ||
                  col::code_of(err) == col::errc::peer_lost,
-               "rank " + std::to_string(rank) + ": " + col::render(err));
+               "rank " + std::to_string(rank) + ": " +
+                 (err ? col::render(err) : "succeeded despite the abort"));
   });
   test::check_ranks(results);
   CHECK(elapsed[0] < 10s);

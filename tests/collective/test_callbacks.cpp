@@ -35,6 +35,8 @@ TEST_CASE("a throwing completion callback neither ends the process nor "
     auto w = col::allreduce_async(col::view_of(x), "throwing_callback");
     std::promise<std::string> last_ran;
     auto last = last_ran.get_future();
+    auto caller = std::this_thread::get_id();
+    std::atomic<bool> ran_on_caller{false};
     // Rank 0 registers while its op is queued (the callbacks run on its
     // lane); rank 1 most likely once it is complete (they run right here).
     w.on_complete([rank](const caf::error&) {
@@ -42,6 +44,7 @@ TEST_CASE("a throwing completion callback neither ends the process nor "
     });
     w.on_complete([](const caf::error&) { throw 42; }); // no std::exception
     w.on_complete([&](const caf::error& err) {
+      ran_on_caller = std::this_thread::get_id() == caller;
       last_ran.set_value(err ? col::render(err) : "ok");
     });
     auto err = w.wait();
@@ -51,6 +54,10 @@ TEST_CASE("a throwing completion callback neither ends the process nor "
       return;
     }
     log.expect(last.get() == "ok", "the last callback saw an error");
+    // Rank 0's op waited for its late peer: its callbacks ran on the lane,
+    // where a throw must not end the lane either.
+    if (rank == 0)
+      log.expect(!ran_on_caller, "rank 0's callbacks ran in the caller");
     log.expect(x[0] == 3.0f && x[1023] == 3.0f,
                "allreduce result " + std::to_string(x[0]));
   });

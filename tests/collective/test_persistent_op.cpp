@@ -424,9 +424,11 @@ TEST_CASE("aborting the group ends a persistent op's blocking run that "
     std::chrono::seconds{3});
 }
 
+// Built into the shm binary only: in the Gloo one it would pass with no
+// assertion.
+#if defined(CAF_COLLECTIVE_TEST_BACKEND_IS_SHM)
 TEST_CASE("shm: an abort reaches a run that waits on a CPU shared with a "
           "busy thread and with the missing rank") {
-  if (std::string_view{test::backend_under_test} != "shm") return;
   // Everything on one CPU: the waiting rank, the rank that never comes
   // (it last ran there, so the waiter yields on every spin) and a busy
   // loop that takes each yielded time slice. A spin that counted only
@@ -477,3 +479,4 @@ TEST_CASE("shm: an abort reaches a run that waits on a CPU shared with a "
     },
     std::chrono::seconds{3});
 }
+#endif

@@ -16,6 +16,9 @@
 
 #include <caf_collective/config.hpp>
 #include <caf_collective/log.hpp>
+#if CAF_COLLECTIVE_HAVE_NCCL
+#include <caf_collective/nccl_multigpu.hpp>
+#endif
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -201,13 +204,23 @@ TEST_CASE("owning tensors allocate zero clone and copy from vectors") {
   CHECK(moved.numel() == 3);
 }
 
-TEST_CASE("cuda tensors are refused in a build without cuda") {
-#if !CAF_COLLECTIVE_HAVE_NCCL
+TEST_CASE("a cuda tensor is refused where no CUDA device can hold it") {
   auto t = col::tensor::empty(col::dtype::float32, {4}, col::device::cuda(0));
+#if !CAF_COLLECTIVE_HAVE_NCCL
+  // A build without CUDA.
   REQUIRE_FALSE(t);
   CHECK(col::code_of(t.error()) == col::errc::unsupported);
 #else
-  CHECK(true);
+  if (col::cuda_device_count() > 0) {
+    REQUIRE(t);
+    CHECK(t->dev() == col::device::cuda(0));
+  } else {
+    // A CUDA build on a machine without a GPU (CI).
+    REQUIRE_FALSE(t);
+    CHECK(col::code_of(t.error()) == col::errc::unsupported);
+    CHECK(col::render(t.error()).find("no usable CUDA device") !=
+          std::string::npos);
+  }
 #endif
 }
 
