@@ -62,8 +62,10 @@ pretend_to_join(std::future<col::rendezvous_store_ptr> joining,
 
 } // namespace
 
-TEST_CASE("a group aborted while it waits for a missing rank stops at once, "
-          "on every backend") {
+TEST_CASE("a group aborted while it waits for a missing rank to join the "
+          "formation stops at once, whatever its backend") {
+  // Rank 1 never joins: the abort lands in the formation round, before any
+  // backend's own wait (those are the cases below).
   for (std::string backend : {"gloo", "shm", "auto"}) {
     CAPTURE(backend);
     const auto name = "abort-forming-" + backend;
@@ -92,6 +94,33 @@ TEST_CASE("a group aborted while it waits for a missing rank stops at once, "
       expect_usable(log, name, 2, rank);
     });
   }
+}
+
+TEST_CASE("gloo: a group aborted while Gloo waits for a peer's address stops "
+          "at once") {
+  const std::string name = "abort-gloo-connect";
+  auto store = col::make_in_process_store();
+  // Rank 1 joins the formation round and goes no further: rank 0 then
+  // waits in Gloo's own rendezvous for rank 1's address.
+  auto joining = test::join_as_fake(store, name, 1, 2);
+  col::work formed;
+  auto made = col::group::make(config_of(name, "gloo", 2, 0, store), &formed);
+  REQUIRE(made);
+  auto g = *made;
+  auto formation = joining.get(); // the round is over: Gloo's turn
+  std::this_thread::sleep_for(300ms);
+  auto start = clock_type::now();
+  g->abort("the test gives up on rank 1");
+  auto err = formed.wait();
+  auto took = clock_type::now() - start;
+  CHECK(col::code_of(err) == col::errc::aborted);
+  // One of Gloo's own keys, not the formation round's.
+  CHECK(col::render(err).find("/gloo/" + name + "/") != std::string::npos);
+  CHECK(took < 20s); // the deadline is 60 s
+  g.reset();
+  test::run_group(2, name, [&](int rank, rank_log& log) {
+    expect_usable(log, name, 2, rank);
+  });
 }
 
 TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
