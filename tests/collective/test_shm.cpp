@@ -346,9 +346,11 @@ TEST_CASE("shm: a segment whose creator was killed before any rank attached "
   // segment and is killed while it waits. Nobody else knows the segment's
   // name. Before: it stayed in /dev/shm until the next reboot.
   test::temp_dir dir;
-  // shm_leftovers finds it verbatim; fresh per run.
+  // shm_leftovers finds it by prefix: no other test's group name may start
+  // like it or be the start of it (a leftover here would fail "killed").
+  // Fresh per run.
   const std::string group =
-    "killedalone" + std::to_string(std::random_device{}() % 100000000);
+    "orphanseg" + std::to_string(std::random_device{}() % 100000000);
   auto joining = test::join_as_fake(
     col::make_file_store((dir.path / group).string()), group, 1, 2);
   // Formation timeout 2 s: its segment is stale 2 s (the sweep's slack)
