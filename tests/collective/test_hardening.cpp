@@ -387,6 +387,8 @@ TEST_CASE("a Gloo op ends at its own timeout even when each of its waits "
   auto results = test::run_threads(3, [&](int rank, rank_log& log) {
     col::init_collective_group(3, rank, "gloo", "op-deadline",
                                test::group_options(store, 20s));
+    // Every rank starts its clock when the others do.
+    col::barrier("op-deadline");
     std::vector<float> in(4, float(rank)), out(12);
     col::gather_options opts;
     opts.timeout = 1000ms;
