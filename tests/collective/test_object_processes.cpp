@@ -26,14 +26,27 @@ std::vector<int> run_processes(int world, const char* mode) {
   return codes;
 }
 
+// Runs 3 ranks in `mode`; every one must exit with `code`.
+void expect_every_rank_exits(const char* mode, int code) {
+  auto codes = run_processes(3, mode);
+  for (size_t r = 0; r < codes.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(codes[r] == code);
+  }
+}
+
+// The sanitizers reserve terabytes of address space and end the process
+// when an allocation fails: an address-space limit cannot be tested there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool address_space_limits_work = false;
+#else
+constexpr bool address_space_limits_work = true;
+#endif
+
 } // namespace
 
 TEST_CASE("object ops between 3 processes move objects of every size") {
-  auto codes = run_processes(3, "ok");
-  for (size_t r = 0; r < codes.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(codes[r] == 0);
-  }
+  expect_every_rank_exits("ok", 0);
 }
 
 TEST_CASE("a rank that dies inside allgather_object fails the others with "
@@ -49,39 +62,25 @@ TEST_CASE("a rank that runs out of memory inside allgather_object fails "
           "with out_of_memory and its peers learn at once") {
   // Before: std::bad_alloc left that rank as no collective_error, and its
   // peers waited in the payload exchange until their 20 s timeout.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // The sanitizers reserve terabytes of address space and end the process
-  // when an allocation fails: an address-space limit cannot be tested.
-  MESSAGE("skipped under a sanitizer");
-  return;
-#endif
-  auto codes = run_processes(3, "oom");
-  for (size_t r = 0; r < codes.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(codes[r] == 3);
+  if (!address_space_limits_work) {
+    MESSAGE("skipped under a sanitizer");
+    return;
   }
+  expect_every_rank_exits("oom", 3);
 }
 
 TEST_CASE("a rank that cannot hold the object it received fails every rank "
           "with out_of_memory and the group stays usable") {
   // Before: every rank reported mismatch, as if the ranks disagreed on
   // the type or the bytes were corrupted.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  MESSAGE("skipped under a sanitizer (see the case above)");
-  return;
-#endif
-  auto codes = run_processes(3, "oom-read");
-  for (size_t r = 0; r < codes.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(codes[r] == 3);
+  if (!address_space_limits_work) {
+    MESSAGE("skipped under a sanitizer");
+    return;
   }
+  expect_every_rank_exits("oom-read", 3);
 }
 
 TEST_CASE("caf::message objects move between 3 processes with their own "
           "registries and a type one registry lacks fails every rank") {
-  auto codes = run_processes(3, "msg");
-  for (size_t r = 0; r < codes.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(codes[r] == 3);
-  }
+  expect_every_rank_exits("msg", 3);
 }
