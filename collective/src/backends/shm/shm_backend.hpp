@@ -371,6 +371,43 @@ class shm_backend : public backend {
   caf::error start_reading(const op_state& st);
   void stop_reading(const op_state& st) noexcept;
 
+  /// This rank's reading mark over one stretch of reads, cleared however
+  /// the stretch ends, an exception included: a mark left set would hold
+  /// every same-process peer's failure or abort for good, since
+  /// wait_for_readers waits for those without a bound.
+  class reading_mark {
+   public:
+    reading_mark(shm_backend& self, const op_state& st) noexcept
+      : self_(self), st_(st) {
+      // nop
+    }
+
+    ~reading_mark() { stop(); }
+
+    reading_mark(const reading_mark&) = delete;
+    reading_mark& operator=(const reading_mark&) = delete;
+
+    /// start_reading; on its error the mark is cleared already.
+    caf::error start() {
+      held_ = true; // before: start_reading may throw once the mark is set
+      auto err = self_.start_reading(st_);
+      if (err) held_ = false;
+      return err;
+    }
+
+    void stop() noexcept {
+      if (held_) {
+        held_ = false;
+        self_.stop_reading(st_);
+      }
+    }
+
+   private:
+    shm_backend& self_;
+    const op_state& st_;
+    bool held_ = false;
+  };
+
   /// An op of this rank failed (timeout, lost peer, abort) after it
   /// published its buffers: records why (what an abort tells the peers).
   /// In direct and single-copy mode peers read the buffers in place, and

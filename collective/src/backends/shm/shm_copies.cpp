@@ -85,7 +85,8 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
       stage_window(mine, mine_bytes, chunk, c, 0);
       if (auto err = step(st)) return err;
     }
-    if (auto err = start_reading(st)) return err;
+    reading_mark reading{*this, st};
+    if (auto err = reading.start()) return err;
     for (const auto& n : needs) {
       if (n.peer == rank_) continue;
       auto lo = std::max(n.src_offset, start);
@@ -93,12 +94,9 @@ caf::error shm_backend::run_copies(op_state& st, const std::byte* mine,
       if (lo >= hi) continue;
       auto* to = out + n.dst_offset + (lo - n.src_offset);
       const auto* from = source(st, n.peer, start) + (lo - start);
-      if (auto err = copy_from(st, n.peer, from, to, hi - lo)) {
-        stop_reading(st);
-        return err;
-      }
+      if (auto err = copy_from(st, n.peer, from, to, hi - lo)) return err;
     }
-    stop_reading(st);
+    reading.stop();
     // Nobody reuses its buffer or area before every rank read it.
     if (auto err = step(st)) return err;
   }

@@ -222,18 +222,20 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
     // Phase 1: my slice of this round, across every rank's input. Staged,
     // it is reduced into area B, where the peers read it, and goes to the
     // output from there.
-    if (auto err = start_reading(st)) return err;
+    reading_mark slice_reads{*this, st};
+    if (auto err = slice_reads.start()) return err;
     auto* mine = bytes_of(out) + start + lo * es;
     auto reduced =
       reduce_range(st, start, first + lo, hi - lo, in.type(), opts.op,
                    staged ? seg_.area(rank_, 1) + lo * es : mine);
-    stop_reading(st);
+    slice_reads.stop();
     if (reduced) return reduced;
     if (staged)
       store_result(mine, seg_.area(rank_, 1) + lo * es, (hi - lo) * es, n * es);
     if (auto err = step(st)) return err;
     // Phase 2: every other slice from the rank that reduced it.
-    if (auto err = start_reading(st)) return err;
+    reading_mark other_slices{*this, st};
+    if (auto err = other_slices.start()) return err;
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       auto [rlo, rhi] = slice_of(count, r, world_size_);
@@ -244,12 +246,9 @@ caf::error shm_backend::allreduce(const op_call& call, const tensor_view& in,
                : reinterpret_cast<const std::byte*>(
                    seg_.control(r).notice[st.parity()].out_addr) +
                    start + rlo * es;
-      if (auto err = copy_from(st, r, from, to, bytes)) {
-        stop_reading(st);
-        return err;
-      }
+      if (auto err = copy_from(st, r, from, to, bytes)) return err;
     }
-    stop_reading(st);
+    other_slices.stop();
     if (auto err = step(st)) return err;
   }
   return {};
@@ -329,10 +328,11 @@ caf::error shm_backend::reduce_common(const op_call& call, op_kind kind,
   if (st.how == path::staged) return staged_reduce(st, in, out, op, root);
   // Direct or single copy: one pass, straight from the peers' buffers.
   if (want_count > 0) {
-    if (auto err = start_reading(st)) return err;
+    reading_mark reading{*this, st};
+    if (auto err = reading.start()) return err;
     auto reduced = reduce_range(st, 0, want_first, want_count, in.type(), op,
                                 bytes_of(out), streams(want_count * es));
-    stop_reading(st);
+    reading.stop();
     if (reduced) return reduced;
   }
   // Nobody reuses its buffer before every rank read it.
