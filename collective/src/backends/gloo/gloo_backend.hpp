@@ -276,9 +276,7 @@ caf::error gloo_backend::guarded(op_kind op, const op_call& call,
     fn();
     // The watchdog may ring just as the last wait ends: the connections
     // are failed then, so the op reports its timeout all the same.
-    if (watch.finish_late())
-      return timed_out(op, call, "stopped at the op's deadline");
-    return {};
+    return settled(op, call, watch, {});
   } catch (const std::exception& ex) {
     // An abort fails Gloo's connections: what Gloo then throws is its echo.
     if (aborted_.load()) return aborted_error(op, call);
