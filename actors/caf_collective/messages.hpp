@@ -41,8 +41,15 @@ using init_atom = caf::atom_constant<caf::atom("col_init")>;
 /// formed, backend the one the group runs on ("auto" resolved; empty when
 /// the formation failed).
 using ready_atom = caf::atom_constant<caf::atom("col_ready")>;
-/// driver -> member, request: (check, group, gen, ref) -> ok | error.
+/// driver -> member, request: (check, group, gen, seq, ref) -> ok | error.
+/// A member on another node than the driver's checks that the ref names an
+/// object of its store and holds that object for the op that will start as
+/// `seq`, so that a release between the check and the start cannot fail
+/// the start after its peers began.
 using check_atom = caf::atom_constant<caf::atom("col_check")>;
+/// driver -> member: (unhold, group, gen, seq): the op checked as `seq` was
+/// refused (another rank's object is missing); drop what the check held.
+using unhold_atom = caf::atom_constant<caf::atom("col_unhold")>;
 /// driver -> member, request: (start, start_msg) -> object_ref | error.
 using start_atom = caf::atom_constant<caf::atom("col_start")>;
 /// driver -> member: (abort, group, gen, reason): the group is broken.
@@ -226,6 +233,13 @@ struct start_msg {
   /// The client owning the output (op_request::owner): the member releases
   /// the output when that client terminates. Empty: the member owns it.
   caf::actor_addr owner;
+  /// The input `in` as the driver pinned it when it checked the op, for a
+  /// member of the driver's own node: a release between the check and the
+  /// start must not take it from under an op whose peers already began.
+  /// Not serialized: messages between actors of one process are never
+  /// serialized, and members on other nodes hold their input at their own
+  /// check (check_atom).
+  pinned_tensor checked_in;
 };
 
 template<class Inspector>

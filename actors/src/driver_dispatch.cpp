@@ -99,6 +99,15 @@ void start_op(driver_ptr self, group_entry& g, pending_op op) {
   g.running.emplace(seq, std::move(op));
 }
 
+// Whether rank `r`'s object is checked (and held) by its member rather
+// than pinned here: it lives on the member's node, not the driver's.
+bool checked_by_member(const driver_state& st, const group_entry& g,
+                       const pending_op& op, size_t r) {
+  const auto& ref = op.req.refs[r];
+  return ref.valid() && op.takes_part[r] && ref.node == g.nodes[r] &&
+         ref.node != st.node;
+}
+
 // The head op's checks are complete: start it, or refuse it naming the
 // ranks whose objects are missing (`failures`: by rank, errors only).
 void checked(driver_ptr self, group_entry& g,
@@ -112,6 +121,11 @@ void checked(driver_ptr self, group_entry& g,
   if (bad.empty()) {
     start_op(self, g, std::move(head));
   } else {
+    // The members whose checks passed hold their objects for a start that
+    // will not come (the pins taken here go with `head`).
+    for (size_t r = 0; r < head.req.refs.size(); ++r)
+      if (checked_by_member(self->state, g, head, r) && !failures.count(r))
+        self->send(g.members[r], unhold_atom::value, g.name, g.gen, g.next_seq);
     auto code =
       is_collective_error(bad.first) ? code_of(bad.first) : errc::peer_lost;
     head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
@@ -184,14 +198,18 @@ void pump(driver_ptr self, group_entry& g) {
         remote.push_back(r);
         continue;
       }
+      // Pinned until the start: a release meanwhile must not take the
+      // object from a member whose peers already began.
       if (auto pin = self->state.local->pin(ref); !pin)
         failures.emplace(r, std::move(pin.error()));
+      else
+        op.starts[r].checked_in = std::move(*pin);
     }
     g.checking = true;
     if (remote.empty()) checked(self, g, failures);
   }
-  // The members holding the other refs check them; the last answer
-  // decides.
+  // The members holding the other refs check them and hold them for the
+  // op's start (as the seq it will get); the last answer decides.
   struct remote_checks {
     std::map<size_t, caf::error> failures;
     size_t waiting = 0;
@@ -214,7 +232,7 @@ void pump(driver_ptr self, group_entry& g) {
   for (auto r : remote) {
     self
       ->request(g.members[r], milliseconds{g.timeout_ms}, check_atom::value,
-                g.name, g.gen, op.req.refs[r])
+                g.name, g.gen, g.next_seq, op.req.refs[r])
       .then([=](caf::ok_atom) { on_reply(r, caf::error{}); },
             [=](caf::error& err) { on_reply(r, std::move(err)); });
   }

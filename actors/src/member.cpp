@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <caf/all.hpp>
 
@@ -21,6 +22,7 @@
 
 #include "layouts.hpp"
 #include "member_store.hpp"
+#include "member_test_hooks.hpp"
 #include "op_answer.hpp"
 #include "op_plan.hpp"
 #include "output_owners.hpp"
@@ -109,6 +111,26 @@ struct member_group {
   /// The key of the object op running on its thread (0: none). Ops started
   /// after it wait until it finished: its own tensor ops must come first.
   uint64_t job_running = 0;
+  /// The input the driver's last check held for the op it will start as
+  /// `seq` (check_atom): the driver checks one op of a group at a time.
+  struct held_input {
+    uint64_t seq = 0;
+    object_ref ref;
+    pinned_tensor pin;
+  };
+  std::optional<held_input> held;
+
+  /// The input of the driver's start `msg`: the one its check held, else
+  /// the store's object (a member of the driver's node gets the driver's
+  /// pin in the message). Whatever the check held is let go either way.
+  caf::expected<pinned_tensor> input_of(start_msg& msg,
+                                        const object_store& store) {
+    auto held_now = std::exchange(held, std::nullopt);
+    if (msg.checked_in) return std::move(msg.checked_in);
+    if (held_now && held_now->seq == msg.seq && held_now->ref == msg.in)
+      return std::move(held_now->pin);
+    return store.pin(msg.in);
+  }
 };
 
 // Drops the entries of ops their completions answered.
@@ -520,7 +542,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       self->send(st->driver, ready_atom::value, name, gen, g->m.rank,
                  std::move(err), std::move(backend));
     },
-    [=](check_atom, const std::string& name, uint64_t gen,
+    [=](check_atom, const std::string& name, uint64_t gen, uint64_t seq,
         const object_ref& ref) -> caf::result<caf::ok_atom> {
       auto g = find(name, gen);
       if (!g || !g->grp)
@@ -530,11 +552,17 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
         return g->reason ? g->reason
                          : make_error(errc::aborted,
                                       "group '" + name + "' is " + g->state);
+      g->held.reset();
       if (ref.valid()) {
         auto pin = st->store->pin(ref);
         if (!pin) return std::move(pin.error());
+        g->held = member_group::held_input{seq, ref, std::move(*pin)};
       }
       return caf::ok_atom::value;
+    },
+    [=](unhold_atom, const std::string& name, uint64_t gen, uint64_t seq) {
+      auto g = find(name, gen);
+      if (g && g->held && g->held->seq == seq) g->held.reset();
     },
     [=](start_atom, start_msg& msg) -> caf::result<object_ref> {
       auto g = find(msg.group, msg.gen);
@@ -546,13 +574,17 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (!g || !g->grp)
         return make_error(errc::unknown_group,
                           "member is not in group '" + msg.group + "'");
+      if (detail::before_start_test_hook != nullptr) [[unlikely]]
+        detail::before_start_test_hook(msg.group, g->m.rank);
       inflight op;
       op.answer = std::make_shared<op_answer>(st->store, addr);
       auto& answer = *op.answer;
       if (msg.in.valid()) {
-        auto pin = st->store->pin(msg.in);
+        auto pin = g->input_of(msg, *st->store);
         if (!pin) return std::move(pin.error());
         answer.in = std::move(*pin);
+      } else {
+        g->held.reset();
       }
       if (msg.has_out) {
         auto out = tensor::empty(msg.out_type, msg.out_shape,
@@ -629,6 +661,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (gen != 0 && g->gen != 0 && g->gen != gen) return;
       g->state = "broken";
       g->reason = why;
+      g->held.reset(); // no op of this generation starts any more
       group::abort_off_thread(g->grp, render(why));
       // Ops whose start is still delayed never reach the lane: fail them.
       fail_all(*g, why);

@@ -13,10 +13,13 @@
 // heartbeats (the test process then uses them too). The first form may end
 // in "backend=<name>" (before "heartbeats"): the backend its members ask
 // for; default auto (shm, since the test's nodes share this host).
+// With CAF_COLLECTIVE_TEST_SLOW_START_RANK=<rank> in its environment, that
+// rank's member takes each driver start 1.5 s late.
 // Lives until the test's directory actor goes away.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -26,6 +29,7 @@
 #include <caf_collective/member.hpp>
 #include <caf_collective/tensor.hpp>
 
+#include "member_test_hooks.hpp"
 #include "node_protocol.hpp"
 
 namespace col = caf_collective;
@@ -55,6 +59,19 @@ caf::behavior node_worker(caf::event_based_actor* self) {
       auto* p = view->data_as<float>();
       return std::vector<float>(p, p + view->numel());
     },
+  };
+}
+
+// With node_test::slow_start_env set to a rank, that rank's member takes
+// every start 1.5 s late (its handler sleeps first): a test then releases
+// the rank's input between the driver's check and the start.
+void slow_down_starts() {
+  const char* rank = std::getenv(node_test::slow_start_env);
+  if (rank == nullptr) return;
+  static const int32_t slow_rank = static_cast<int32_t>(std::atoi(rank));
+  col::detail::before_start_test_hook = [](const std::string&, int32_t r) {
+    if (r == slow_rank)
+      std::this_thread::sleep_for(std::chrono::milliseconds{1500});
   };
 }
 
@@ -116,6 +133,7 @@ int main(int argc, char** argv) {
   auto count = static_cast<int32_t>(std::atoi(argv[5]));
   int64_t timeout_ms = std::atoll(argv[6]);
   int64_t delay_ms = std::atoll(argv[7]);
+  slow_down_starts();
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-threads", 2);

@@ -309,6 +309,68 @@ TEST_CASE("a driver op is answered while a member's own handler blocks: "
   CHECK(col::demo::read(*f.store, refs[0]) == col::demo::floats{4, 6});
 }
 
+TEST_CASE("an input released after the driver checked its op but before "
+          "its member took the start is still the op's: the op succeeds and "
+          "the group stays usable") {
+  using hold_atom = caf::atom_constant<caf::atom("hold")>;
+  fixture f{4};
+  // Member 1's own handler blocks its mailbox until the test lets it go:
+  // the driver's start for rank 1 waits there while rank 0 already runs.
+  std::promise<void> let_go;
+  auto released = let_go.get_future().share();
+  std::atomic<bool> holding{false};
+  auto holder = [released, &holding](caf::event_based_actor*) {
+    return caf::behavior{[released, &holding](hold_atom) {
+      holding = true;
+      released.wait_for(10s);
+      holding = false;
+    }};
+  };
+  std::vector<caf::actor> xs;
+  xs.push_back(f.member({ms("taken", 0, 2, 4000)}));
+  xs.push_back(caf::actor_cast<caf::actor>(
+    col::spawn_member(f.sys, f.driver, {ms("taken", 1, 2, 4000)}, holder)));
+  f.actors.push_back(xs[1]);
+  caf::scoped_actor self{f.sys};
+  REQUIRE(!col::await_group(self, f.driver, "taken", 15s));
+  auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}});
+  caf::anon_send(xs[1], hold_atom::value);
+  auto t0 = std::chrono::steady_clock::now();
+  while (!holding && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(holding);
+  auto pending = self->request(
+    f.driver, 10s,
+    col::op_request{"taken", col::op_kind::allreduce, refs, col::op_params{}});
+  // The driver checked and started the op once rank 0's lane lists it.
+  std::string history;
+  while (!contains(history, "allreduce") &&
+         std::chrono::steady_clock::now() - t0 < 5s)
+    self->request(xs[0], 2s, col::history_atom::value, std::string{"taken"})
+      .receive([&](std::string& h) { history = std::move(h); },
+               [](caf::error&) {});
+  REQUIRE(contains(history, "allreduce"));
+  // The client lets go of rank 1's input before member 1 took its start.
+  bool released_ok = false;
+  self->request(f.driver, 2s, col::release_atom::value, refs[1])
+    .receive([&](caf::ok_atom) { released_ok = true; },
+             [](caf::error& err) { FAIL(text(err)); });
+  REQUIRE(released_ok);
+  REQUIRE(!f.store->contains(refs[1]));
+  let_go.set_value();
+  bool ok = false;
+  pending.receive([&](col::op_result&) { ok = true; },
+                  [](caf::error& err) { FAIL(text(err)); });
+  CHECK(ok);
+  CHECK(col::demo::read(*f.store, refs[0]) == col::demo::floats{4, 6});
+  auto again = col::demo::put_all(*f.store, {{1, 1}, {2, 2}});
+  auto res = col::run_op(
+    self, f.driver,
+    col::op_request{"taken", col::op_kind::allreduce, again, {}}, 5s);
+  REQUIRE(res);
+  CHECK(col::demo::read(*f.store, again[1]) == col::demo::floats{3, 3});
+}
+
 TEST_CASE("a member killed mid-op: the client and every survivor get "
           "peer_lost - the group is broken until destroyed and declared "
           "again") {

@@ -18,6 +18,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -368,6 +369,46 @@ TEST_CASE("members on two other nodes run collectives on their own nodes' "
     CHECK(contains(col::render(res.error()), "ranks [0, 2]"));
     CHECK(f.read(0, xs[0]) == iota(n, 0.0f)); // untouched
   }
+}
+
+TEST_CASE("an input its member checked for the driver stays the op's when "
+          "it is released before the member takes the start: the op "
+          "succeeds on both ranks") {
+  fixture f;
+  // Both ranks on one node; rank 1's member takes its start 1.5 s late.
+  setenv(node_test::slow_start_env, "1", 1);
+  f.start_node("checked", 2, {0, 2, 0}, 6000);
+  unsetenv(node_test::slow_start_env);
+  f.members = {f.announced(0), f.announced(1)};
+  REQUIRE(!col::await_group(f.self, f.driver, "checked", 30s));
+  std::vector<col::object_ref> xs{f.make(0, 2, 1.0f), f.make(1, 2, 3.0f)};
+  auto pending = f.self->request(
+    f.driver, 20s,
+    col::op_request{"checked", col::op_kind::allreduce, xs, col::op_params{}});
+  // Both members checked their refs (the driver started the op once rank
+  // 0's lane lists it); rank 1 still sleeps before its start.
+  std::string history;
+  CHECK(fixture::soon([&] {
+    f.self
+      ->request(f.members[0], 2s, col::history_atom::value,
+                std::string{"checked"})
+      .receive([&](std::string& h) { history = std::move(h); },
+               [](caf::error&) {});
+    return contains(history, "allreduce");
+  }));
+  // Rank 1's input is released through rank 0's member (same node, same
+  // store), which is not held up.
+  bool released = false;
+  f.self->request(f.members[0], 5s, col::release_atom::value, xs[1])
+    .receive([&](caf::ok_atom) { released = true; },
+             [](caf::error& err) { FAIL(col::render(err)); });
+  REQUIRE(released);
+  CHECK(!f.holds(0, xs[1]));
+  bool ok = false;
+  pending.receive([&](col::op_result&) { ok = true; },
+                  [](caf::error& err) { FAIL(col::render(err)); });
+  CHECK(ok);
+  CHECK(f.read(0, xs[0]) == std::vector<float>{4, 6});
 }
 
 TEST_CASE("members on two other nodes asking for gloo by name run an "

@@ -75,12 +75,16 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
       sc->log.push_back("init " + group + " prefix " + prefix +
                         (store ? " store" : " no store"));
     },
-    [=](col::check_atom, const std::string& group, uint64_t,
+    [=](col::check_atom, const std::string& group, uint64_t, uint64_t seq,
         const col::object_ref& ref) -> caf::result<caf::ok_atom> {
-      sc->log.push_back("check " + group + " object " + std::to_string(ref.id));
+      sc->log.push_back("check " + group + " object " + std::to_string(ref.id) +
+                        " as seq " + std::to_string(seq));
       auto i = sc->check_errors.find(ref.id);
       if (i != sc->check_errors.end()) return i->second;
       return caf::ok_atom::value;
+    },
+    [=](col::unhold_atom, const std::string& group, uint64_t, uint64_t seq) {
+      sc->log.push_back("unhold " + group + " seq " + std::to_string(seq));
     },
     [=](col::start_atom, col::start_msg& msg) -> caf::result<col::object_ref> {
       sc->log.push_back("start " + msg.group + " seq " +
@@ -640,9 +644,9 @@ TEST_CASE("dispatch: ops are checked, numbered and started in request order - "
   CHECK(scripts[0]->log ==
         std::vector<std::string>{
           "init g prefix " + std::to_string(scripts[0]->gen) + "/g store",
-          "check g object 1", "start g seq 0 allreduce", "check g object 3",
-          "start g seq 1 allgather"});
-  CHECK(scripts[1]->log[1] == "check g object 2");
+          "check g object 1 as seq 0", "start g seq 0 allreduce",
+          "check g object 3 as seq 1", "start g seq 1 allgather"});
+  CHECK(scripts[1]->log[1] == "check g object 2 as seq 0");
   CHECK(scripts[1]->log[2] == "start g seq 0 allreduce");
   CHECK(scripts[1]->log[4] == "start g seq 1 allgather");
   // What each rank was told to run: its own ref, and for the out-of-place
@@ -798,9 +802,15 @@ TEST_CASE("mismatch refused: a ref a member does not hold fails the op at the "
   CHECK(contains(text, "no object 2 in the store"));
   for (auto& sc : scripts)
     CHECK(!has_line(*sc, "start"));
+  // Rank 0's check passed and held its object for seq 0: the refusal lets
+  // it go. Rank 1 held nothing.
+  CHECK(has_line(*scripts[0], "unhold g seq 0"));
+  CHECK(!has_line(*scripts[1], "unhold"));
   auto next =
     f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(3)}, {}});
   f.run();
+  // The refused op took no number: the next one is checked as seq 0 too.
+  CHECK(count_lines(*scripts[0], "check g object 1 as seq 0") == 2);
   CHECK(has_line(*scripts[0], "start g seq 0 allreduce"));
   fixture::finish(*scripts[0], 0);
   fixture::finish(*scripts[1], 0);
