@@ -51,8 +51,10 @@ struct launch_info {
   int local_rank = -1;
   /// The launcher whose variables gave rank and world size:
   /// "caf_collective" (CAF_COLLECTIVE_*), "torchrun" (RANK, WORLD_SIZE),
-  /// "mpirun" (OMPI_COMM_WORLD_*), "srun" (SLURM_*) or "mpiexec" (PMI_RANK,
-  /// PMI_SIZE, MPI_LOCALRANKID: MPICH's and Intel MPI's Hydra).
+  /// "mpirun" (OMPI_COMM_WORLD_*), "srun" (SLURM_*), "mpiexec" (PMI_RANK,
+  /// PMI_SIZE, MPI_LOCALRANKID: MPICH's and Intel MPI's Hydra) or "sbatch"
+  /// (started by a Slurm batch script of a one-task job without srun: rank
+  /// 0 of 1; with more tasks that is refused).
   std::string launcher;
   store_address store;
 };

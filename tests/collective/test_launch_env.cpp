@@ -146,6 +146,67 @@ TEST_CASE("Open MPI's, Slurm's and MPICH's variables give rank, size and "
   }
 }
 
+TEST_CASE("a program an sbatch script starts without srun is refused at once "
+          "when the job has several tasks - not rank 0 of them") {
+  // The batch step's own variables: SLURM_PROCID=0 and the job's task count,
+  // but no srun step (no SLURM_STEP_NUM_TASKS, no step number; Slurm 26.05
+  // prints the batch step's number as -5). Before: rank 0 of 4, waiting
+  // for three peers nobody starts until the formation's deadline.
+  for (auto step : {"", "-5", "4294967291", "4294967290"}) {
+    INFO("SLURM_STEP_ID='" << step << "'");
+    vars batch{
+      {"SLURM_JOB_ID", "4711"}, {"SLURM_PROCID", "0"},
+      {"SLURM_LOCALID", "0"},   {"SLURM_NTASKS", "4"},
+      {"SLURM_NNODES", "1"},    {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}};
+    if (*step != '\0') batch.emplace("SLURM_STEP_ID", step);
+    auto err = read_error(batch);
+    CHECK(contains(err, "Slurm job 4711 but not as a task of an srun step"));
+    CHECK(contains(err, "SLURM_NTASKS=4"));
+    CHECK(contains(err, "srun ./program"));
+  }
+  // A one-task job (or one without --ntasks) that runs its program in the
+  // batch script: one process, a group of one.
+  for (auto tasks : {"1", ""}) {
+    vars one{{"SLURM_JOB_ID", "4711"}, {"SLURM_PROCID", "0"}};
+    if (*tasks != '\0') one.emplace("SLURM_NTASKS", tasks);
+    auto info = read_ok(one);
+    CHECK(info.launcher == "sbatch");
+    CHECK(info.rank == 0);
+    CHECK(info.world_size == 1);
+  }
+  // A task of an srun step, as srun starts it: rank and size from Slurm.
+  auto task = read_ok({{"SLURM_JOB_ID", "4711"},
+                       {"SLURM_STEP_ID", "0"},
+                       {"SLURM_STEP_NUM_TASKS", "4"},
+                       {"SLURM_PROCID", "2"},
+                       {"SLURM_NTASKS", "4"},
+                       {"SLURM_LOCALID", "2"},
+                       {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(task.launcher == "srun");
+  CHECK(task.rank == 2);
+  CHECK(task.world_size == 4);
+  // mpiexec inside the batch script: Hydra's variables decide, as before.
+  auto hydra = read_ok({{"SLURM_JOB_ID", "4711"},
+                        {"SLURM_PROCID", "0"},
+                        {"SLURM_NTASKS", "4"},
+                        {"PMI_RANK", "3"},
+                        {"PMI_SIZE", "4"},
+                        {"MPI_LOCALRANKID", "3"},
+                        {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(hydra.launcher == "mpiexec");
+  CHECK(hydra.rank == 3);
+  // A wrapper's RANK/WORLD_SIZE in the batch script: no srun variables to
+  // disagree with.
+  auto wrapped = read_ok({{"SLURM_JOB_ID", "4711"},
+                          {"SLURM_PROCID", "0"},
+                          {"SLURM_NTASKS", "2"},
+                          {"RANK", "1"},
+                          {"WORLD_SIZE", "2"},
+                          {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(wrapped.launcher == "torchrun");
+  CHECK(wrapped.rank == 1);
+}
+
 TEST_CASE("our own variables win over a launcher's") {
   auto info = read_ok({{"CAF_COLLECTIVE_RANK", "1"},
                        {"CAF_COLLECTIVE_WORLD_SIZE", "2"},

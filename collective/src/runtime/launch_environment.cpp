@@ -164,11 +164,37 @@ caf::error fill_tcp_identity(const env_lookup& env, store_address& out) {
   return {};
 }
 
+// Whether `id` is the number of a step srun started: Slurm numbers its
+// special steps (the batch script's, the interactive shell's) from
+// 0xfffffff0 up, and newer versions print them as negative numbers.
+bool is_srun_step_id(const std::string& id) {
+  auto n = detail::parse_non_negative<uint64_t>(id);
+  return n && *n < 0xfffffff0u;
+}
+
+// Whether this process is Slurm's batch script (or a program it started
+// without srun, or salloc's interactive shell) rather than a task of an
+// srun step. The batch step sets SLURM_PROCID=0 and, with --ntasks, the
+// job's SLURM_NTASKS: read as srun's, they made a program run directly in
+// an sbatch script wait as rank 0 of N for peers nobody starts. srun sets
+// SLURM_STEP_NUM_TASKS and a step number in every task; the batch step
+// sets neither (Slurm 26.05 sets SLURM_STEP_ID=-5 there).
+bool slurm_batch_step(const env_lookup& env) {
+  if (env("SLURM_JOB_ID") == nullptr || env("SLURM_STEP_NUM_TASKS") != nullptr)
+    return false;
+  for (auto var : {"SLURM_STEP_ID", "SLURM_STEPID"})
+    if (is_srun_step_id(value_of(env, var))) return false;
+  return true;
+}
+
 // The first launcher from row `first` on whose rank variable is set.
+// Slurm's batch step launched nothing: its variables do not count.
 const launcher_vars* pick(const env_lookup& env, size_t first) {
   const launcher_vars* found = nullptr;
+  bool batch_step = slurm_batch_step(env);
   for (size_t i = first; i < launchers.size() && found == nullptr; ++i)
-    if (env(launchers[i].rank) != nullptr) found = &launchers[i];
+    if (env(launchers[i].rank) != nullptr && !(i == srun_index && batch_step))
+      found = &launchers[i];
   // srun that starts an MPICH program sets PMI_RANK equal to SLURM_PROCID,
   // and not MPI_LOCALRANKID (Hydra's own). mpiexec run inside a Slurm
   // allocation (an sbatch script) sets both PMI_RANK and MPI_LOCALRANKID,
@@ -262,9 +288,39 @@ caf::expected<store_address> read_store_environment(const env_lookup& env) {
   return result;
 }
 
+// A process that Slurm's batch step started without srun (see
+// slurm_batch_step) and no other launcher: one process of its own if the job
+// has one task, else refused at once naming the job's task count, rather
+// than waiting as rank 0 of tasks srun never started.
+caf::expected<launch_info> batch_step_launch(const env_lookup& env) {
+  const char* tasks_var = env("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
+  auto tasks = value_of(env, tasks_var);
+  if (!tasks.empty() && tasks != "1")
+    return make_error(
+      errc::invalid_argument,
+      "this process runs in Slurm job " + value_of(env, "SLURM_JOB_ID") +
+        " but not as a task of an srun step (no SLURM_STEP_NUM_TASKS; "
+        "SLURM_STEP_ID='" +
+        value_of(env, "SLURM_STEP_ID") +
+        "'): the batch script itself started it, while the job asked for " +
+        tasks_var + "=" + tasks +
+        " tasks. Start the program with srun (srun ./program) so that "
+        "every task gets its rank, or set CAF_COLLECTIVE_RANK and "
+        "CAF_COLLECTIVE_WORLD_SIZE");
+  launch_info info;
+  info.launcher = "sbatch";
+  info.rank = 0;
+  info.world_size = 1;
+  info.local_rank = 0;
+  return info;
+}
+
 caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
   launch_info info;
   const auto* found = pick(env, 0);
+  if (found == nullptr && slurm_batch_step(env) &&
+      env(launchers[srun_index].rank) != nullptr)
+    return batch_step_launch(env);
   if (found == nullptr)
     return make_error(errc::invalid_argument,
                       "no launcher told this process its rank: set "
