@@ -121,10 +121,11 @@ void checked(driver_ptr self, group_entry& g,
   if (bad.empty()) {
     start_op(self, g, std::move(head));
   } else {
-    // The members whose checks passed hold their objects for a start that
-    // will not come (the pins taken here go with `head`).
+    // The members asked hold their objects for a start that will not come
+    // (the pins taken here go with `head`). Every one of them: a check that
+    // timed out here may still have been answered, and held, later.
     for (size_t r = 0; r < head.req.refs.size(); ++r)
-      if (checked_by_member(self->state, g, head, r) && !failures.count(r))
+      if (checked_by_member(self->state, g, head, r))
         self->send(g.members[r], unhold_atom::value, g.name, g.gen, g.next_seq);
     auto code =
       is_collective_error(bad.first) ? code_of(bad.first) : errc::peer_lost;

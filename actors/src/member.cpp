@@ -345,6 +345,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   self->set_down_handler([self, st, fail_all](caf::down_msg& dm) {
     if (dm.source != st->driver.address()) return;
     for (auto& [name, g] : st->groups) {
+      g.held.reset(); // its start will never come
       bool needs_driver = !g.grp || g.m.ops_from == op_source::driver;
       if (g.state == "broken" || g.state == "failed" || !needs_driver) continue;
       auto err = make_error(errc::peer_lost, "group '" + name +

@@ -14,7 +14,7 @@
 // in "backend=<name>" (before "heartbeats"): the backend its members ask
 // for; default auto (shm, since the test's nodes share this host).
 // With CAF_COLLECTIVE_TEST_SLOW_START_RANK=<rank> in its environment, that
-// rank's member takes each driver start 1.5 s late.
+// rank's member takes each driver start 3 s late.
 // Lives until the test's directory actor goes away.
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +63,7 @@ caf::behavior node_worker(caf::event_based_actor* self) {
 }
 
 // With node_test::slow_start_env set to a rank, that rank's member takes
-// every start 1.5 s late (its handler sleeps first): a test then releases
+// every start 3 s late (its handler sleeps first): a test then releases
 // the rank's input between the driver's check and the start.
 void slow_down_starts() {
   const char* rank = std::getenv(node_test::slow_start_env);
@@ -71,7 +71,7 @@ void slow_down_starts() {
   static const int32_t slow_rank = static_cast<int32_t>(std::atoi(rank));
   col::detail::before_start_test_hook = [](const std::string&, int32_t r) {
     if (r == slow_rank)
-      std::this_thread::sleep_for(std::chrono::milliseconds{1500});
+      std::this_thread::sleep_for(std::chrono::milliseconds{3000});
   };
 }
 

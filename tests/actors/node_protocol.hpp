@@ -57,7 +57,7 @@ constexpr const char* own_driver_arg = "own_driver";
 constexpr int32_t driver_rank = -1;
 
 /// The environment variable naming the rank whose member takes its starts
-/// 1.5 s late (node_process.cpp).
+/// 3 s late (node_process.cpp).
 constexpr const char* slow_start_env = "CAF_COLLECTIVE_TEST_SLOW_START_RANK";
 
 /// The node process's last argument when the test uses heartbeats.

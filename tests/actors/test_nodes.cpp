@@ -375,13 +375,14 @@ TEST_CASE("an input its member checked for the driver stays the op's when "
           "it is released before the member takes the start: the op "
           "succeeds on both ranks") {
   fixture f;
-  // Both ranks on one node; rank 1's member takes its start 1.5 s late.
+  // Both ranks on one node; rank 1's member takes its start 3 s late.
   setenv(node_test::slow_start_env, "1", 1);
-  f.start_node("checked", 2, {0, 2, 0}, 6000);
+  f.start_node("checked", 2, {0, 2, 0}, 8000);
   unsetenv(node_test::slow_start_env);
   f.members = {f.announced(0), f.announced(1)};
   REQUIRE(!col::await_group(f.self, f.driver, "checked", 30s));
   std::vector<col::object_ref> xs{f.make(0, 2, 1.0f), f.make(1, 2, 3.0f)};
+  auto requested = std::chrono::steady_clock::now();
   auto pending = f.self->request(
     f.driver, 20s,
     col::op_request{"checked", col::op_kind::allreduce, xs, col::op_params{}});
@@ -403,6 +404,8 @@ TEST_CASE("an input its member checked for the driver stays the op's when "
     .receive([&](caf::ok_atom) { released = true; },
              [](caf::error& err) { FAIL(col::render(err)); });
   REQUIRE(released);
+  // Else the release may have come after the start, and proves nothing.
+  REQUIRE(std::chrono::steady_clock::now() - requested < 2500ms);
   CHECK(!f.holds(0, xs[1]));
   bool ok = false;
   pending.receive([&](col::op_result&) { ok = true; },

@@ -164,6 +164,20 @@ TEST_CASE("a program an sbatch script starts without srun is refused at once "
     CHECK(contains(err, "SLURM_NTASKS=4"));
     CHECK(contains(err, "srun ./program"));
   }
+  // salloc -n 4's interactive shell is srun's special step 4294967290 (-6
+  // from Slurm 26.05), started with --preserve-env: SLURM_STEP_NUM_TASKS=1
+  // but the job's SLURM_NTASKS=4.
+  for (auto step : {"4294967290", "-6"}) {
+    INFO("SLURM_STEP_ID='" << step << "'");
+    auto err = read_error({{"SLURM_JOB_ID", "4711"},
+                           {"SLURM_STEP_ID", step},
+                           {"SLURM_STEP_NUM_TASKS", "1"},
+                           {"SLURM_PROCID", "0"},
+                           {"SLURM_NTASKS", "4"},
+                           {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+    CHECK(contains(err, "not as a task of an srun step"));
+    CHECK(contains(err, "SLURM_NTASKS=4"));
+  }
   // A one-task job (or one without --ntasks) that runs its program in the
   // batch script: one process, a group of one.
   for (auto tasks : {"1", ""}) {
@@ -185,6 +199,17 @@ TEST_CASE("a program an sbatch script starts without srun is refused at once "
   CHECK(task.launcher == "srun");
   CHECK(task.rank == 2);
   CHECK(task.world_size == 4);
+  // `srun -E -n 2` in a job of 4 tasks keeps the job's SLURM_NTASKS: the
+  // step's own size decides.
+  auto kept = read_ok({{"SLURM_JOB_ID", "4711"},
+                       {"SLURM_STEP_ID", "1"},
+                       {"SLURM_STEP_NUM_TASKS", "2"},
+                       {"SLURM_PROCID", "1"},
+                       {"SLURM_NTASKS", "4"},
+                       {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(kept.launcher == "srun");
+  CHECK(kept.rank == 1);
+  CHECK(kept.world_size == 2);
   // mpiexec inside the batch script: Hydra's variables decide, as before.
   auto hydra = read_ok({{"SLURM_JOB_ID", "4711"},
                         {"SLURM_PROCID", "0"},

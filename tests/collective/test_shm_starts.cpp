@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <future>
 #include <latch>
+#include <new>
 #include <stdexcept>
 #include <thread>
 
@@ -733,6 +734,46 @@ TEST_CASE("shm: a reader that throws while it reads leaves no mark that "
   }
   rank0.join();
   CHECK(col::code_of(rank0_err) == col::errc::aborted);
+}
+
+TEST_CASE("shm: a rank whose backend throws std::bad_alloc mid-op fails with "
+          "out_of_memory and its peer fails at once - not at the deadline") {
+  // A rank that throws out of its backend left the op somewhere in its
+  // protocol. Before: it reported backend_error and its backend went on as
+  // if nothing happened, so its peer waited for it until the op's 20 s
+  // deadline. The hook throws on rank 1 as it starts reading its peer.
+  shm::reading_test_hook = [](shm::shm_backend& be) {
+    if (be.rank() == 1) throw std::bad_alloc{};
+  };
+  run_threads(2, "threw-mid-op", [&](int rank, rank_log& log) {
+    std::vector<float> x(1 << 18, 1.0f); // read in place (direct)
+    col::allreduce_options opts;
+    opts.timeout = 20s;
+    auto t0 = clock_type::now();
+    auto err =
+      blocking([&] { col::allreduce(col::view_of(x), "threw-mid-op", opts); });
+    auto took = clock_type::now() - t0;
+    auto text = col::render(err);
+    if (rank == 1) {
+      log.expect(col::code_of(err) == col::errc::out_of_memory, text);
+      log.expect(text.find("std::bad_alloc") != std::string::npos, text);
+    } else {
+      log.expect(col::code_of(err) == col::errc::peer_lost, text);
+      log.expect(text.find("rank 1") != std::string::npos, text);
+    }
+    log.expect(
+      took < 10s,
+      "the op took " +
+        std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+        " ms against its 20 s deadline");
+    // The group is broken, naming the first failure, on the throwing rank.
+    auto g = col::get_group("threw-mid-op");
+    if (rank == 1)
+      log.expect(col::code_of(g->broken_reason()) == col::errc::out_of_memory,
+                 col::render(g->broken_reason()));
+  });
+  shm::reading_test_hook = nullptr;
 }
 
 TEST_CASE("shm starts: a send that fits an empty mailbox is complete when the "

@@ -1,6 +1,7 @@
 #include "caf_collective/group.hpp"
 
 #include <exception>
+#include <new>
 
 #include <caf/expected.hpp>
 
@@ -58,11 +59,6 @@ void retire(std::mutex& mtx, std::shared_ptr<backend>& slot, bool broken) {
 
 // What an op whose backend threw reports: the exception goes no further
 // (on a lane it would end the process).
-caf::error backend_threw(const error_context& where, const std::exception& e) {
-  return make_error(errc::backend_error, where,
-                    std::string{"the backend threw: "} + e.what());
-}
-
 } // namespace
 
 group::~group() {
@@ -358,7 +354,7 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
     try {
       err = body(*backend_, call_of(seq, body.timeout));
     } catch (const std::exception& e) {
-      err = backend_threw(context(op, static_cast<int64_t>(seq)), e);
+      err = backend_threw(op, seq, e);
     }
     after_failure(err);
   }
@@ -508,6 +504,20 @@ op_call group::call_of(uint64_t seq, milliseconds timeout) const noexcept {
   return call;
 }
 
+caf::error group::backend_threw(op_kind op, uint64_t seq,
+                                const std::exception& e) {
+  auto where = context(op, static_cast<int64_t>(seq));
+  auto err =
+    dynamic_cast<const std::bad_alloc*>(&e) != nullptr
+      ? make_error(errc::out_of_memory, where,
+                   "ran out of memory inside the backend (std::bad_alloc)")
+      : make_error(errc::backend_error, where,
+                   std::string{"the backend threw: "} + e.what());
+  break_with(err);
+  abort(render(err));
+  return err;
+}
+
 void group::after_failure(const caf::error& err) {
   if (err && code_of(err) == errc::timeout) log_recent_ops(err);
   if (err && breaks_group(err)) break_with(err);
@@ -542,7 +552,7 @@ bool group::start_without_blocking(
   } catch (const std::exception& e) {
     // Whatever the backend published before it threw, no peer can rely on
     // it: the op fails here (and lets go of the lane) rather than run again.
-    done(backend_threw(context(op, static_cast<int64_t>(seq)), e));
+    done(backend_threw(op, seq, e));
     return true;
   }
   if (started) return true;

@@ -173,18 +173,20 @@ bool is_srun_step_id(const std::string& id) {
 }
 
 // Whether this process is Slurm's batch script (or a program it started
-// without srun, or salloc's interactive shell) rather than a task of an
-// srun step. The batch step sets SLURM_PROCID=0 and, with --ntasks, the
-// job's SLURM_NTASKS: read as srun's, they made a program run directly in
-// an sbatch script wait as rank 0 of N for peers nobody starts. srun sets
-// SLURM_STEP_NUM_TASKS and a step number in every task; the batch step
-// sets neither (Slurm 26.05 sets SLURM_STEP_ID=-5 there).
+// without srun, or one run from salloc's interactive shell) rather than a
+// task of an srun step. The batch step sets SLURM_PROCID=0 and, with
+// --ntasks, the job's SLURM_NTASKS: read as srun's, they made a program run
+// directly in an sbatch script wait as rank 0 of N for peers nobody starts.
+// srun gives every task of a step its step number; Slurm's special steps
+// (the batch script's, the interactive shell's) have numbers from
+// 0xfffffff0 up, printed as negative numbers by newer versions, or none at
+// all (the batch step before Slurm 26.05). Without any step number, srun's
+// SLURM_STEP_NUM_TASKS still marks a task.
 bool slurm_batch_step(const env_lookup& env) {
-  if (env("SLURM_JOB_ID") == nullptr || env("SLURM_STEP_NUM_TASKS") != nullptr)
-    return false;
+  if (env("SLURM_JOB_ID") == nullptr) return false;
   for (auto var : {"SLURM_STEP_ID", "SLURM_STEPID"})
-    if (is_srun_step_id(value_of(env, var))) return false;
-  return true;
+    if (env(var) != nullptr) return !is_srun_step_id(value_of(env, var));
+  return env("SLURM_STEP_NUM_TASKS") == nullptr;
 }
 
 // The first launcher from row `first` on whose rank variable is set.
@@ -299,14 +301,16 @@ caf::expected<launch_info> batch_step_launch(const env_lookup& env) {
     return make_error(
       errc::invalid_argument,
       "this process runs in Slurm job " + value_of(env, "SLURM_JOB_ID") +
-        " but not as a task of an srun step (no SLURM_STEP_NUM_TASKS; "
-        "SLURM_STEP_ID='" +
-        value_of(env, "SLURM_STEP_ID") +
-        "'): the batch script itself started it, while the job asked for " +
+        " but not as a task of an srun step (SLURM_STEP_ID='" +
+        value_of(env, "SLURM_STEP_ID") + "', SLURM_STEP_NUM_TASKS='" +
+        value_of(env, "SLURM_STEP_NUM_TASKS") +
+        "'): the batch script (or salloc's shell) started it, while the "
+        "job has " +
         tasks_var + "=" + tasks +
         " tasks. Start the program with srun (srun ./program) so that "
         "every task gets its rank, or set CAF_COLLECTIVE_RANK and "
-        "CAF_COLLECTIVE_WORLD_SIZE");
+        "CAF_COLLECTIVE_WORLD_SIZE. (If srun did start it, let "
+        "SLURM_STEP_ID and SLURM_STEP_NUM_TASKS through to it.)");
   launch_info info;
   info.launcher = "sbatch";
   info.rank = 0;
@@ -333,18 +337,24 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
   if (found == &launchers[torchrun_index])
     if (auto err = check_plain_rank(env)) return err;
   info.launcher = found->name;
-  if (env(found->size) == nullptr)
+  // An srun step's own size: with --preserve-env (salloc's interactive
+  // step, or `srun -E -n 2` in a job of 4 tasks) SLURM_NTASKS stays the
+  // job's.
+  const char* size_var = found->size;
+  if (found == &launchers[srun_index] && env("SLURM_STEP_NUM_TASKS") != nullptr)
+    size_var = "SLURM_STEP_NUM_TASKS";
+  if (env(size_var) == nullptr)
     return make_error(errc::invalid_argument,
                       std::string{found->rank} + " is set (" + found->name +
-                        ") but " + found->size + " is not");
+                        ") but " + size_var + " is not");
   auto rank = number(env, found->rank);
   if (!rank) return rank.error();
-  auto size = number(env, found->size);
+  auto size = number(env, size_var);
   if (!size) return size.error();
   if (*size < 1 || *rank >= *size)
     return make_error(errc::invalid_argument,
                       std::string{found->rank} + "=" + std::to_string(*rank) +
-                        " and " + found->size + "=" + std::to_string(*size) +
+                        " and " + size_var + "=" + std::to_string(*size) +
                         " do not describe a rank of a group");
   info.rank = *rank;
   info.world_size = *size;
