@@ -297,8 +297,8 @@ class group : public std::enable_shared_from_this<group> {
   /// The error for an exception the backend threw in op `seq`
   /// (out_of_memory for std::bad_alloc, else backend_error). The rank left
   /// the op somewhere in its protocol, so its peers cannot finish it: the
-  /// group breaks with that error and its backend is aborted, which wakes
-  /// the peers now instead of at the op's deadline.
+  /// group breaks with that error. The caller then aborts the group, which
+  /// wakes the peers now instead of at the op's deadline.
   caf::error backend_threw(op_kind op, uint64_t seq, const std::exception& e);
 
   void log_recent_ops(const caf::error& err) const;

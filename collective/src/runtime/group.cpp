@@ -355,6 +355,7 @@ caf::error group::run_body(op_kind op, uint64_t seq, bool p2p, Fn& body,
       err = body(*backend_, call_of(seq, body.timeout));
     } catch (const std::exception& e) {
       err = backend_threw(op, seq, e);
+      abort(render(err)); // on the lane: it may wait for the backend
     }
     after_failure(err);
   }
@@ -514,7 +515,6 @@ caf::error group::backend_threw(op_kind op, uint64_t seq,
       : make_error(errc::backend_error, where,
                    std::string{"the backend threw: "} + e.what());
   break_with(err);
-  abort(render(err));
   return err;
 }
 
@@ -552,7 +552,11 @@ bool group::start_without_blocking(
   } catch (const std::exception& e) {
     // Whatever the backend published before it threw, no peer can rely on
     // it: the op fails here (and lets go of the lane) rather than run again.
-    done(backend_threw(op, seq, e));
+    auto err = backend_threw(op, seq, e);
+    // The caller may be an actor's handler on a scheduler thread, which
+    // must not wait for the backend's abort.
+    abort_off_thread(shared_from_this(), render(err));
+    done(std::move(err));
     return true;
   }
   if (started) return true;
