@@ -22,8 +22,13 @@
 //             the last rank as the one rank that died (argument 6: the op
 //             timeout in ms; argument 7: the text expected instead), then
 //             destroys the group
+//   stop-reading joins, enters a 4 MiB allgather and stops itself
+//             (SIGSTOP) as soon as it has marked that it reads its peers'
+//             buffers in place, after creating the file "stopped-reading"
+//             in the store dir; the test kills it
 // Errors go to stderr; exit 1 on anything unexpected.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -32,6 +37,8 @@
 #include <vector>
 
 #include <caf_collective/all.hpp>
+
+#include "backends/shm/shm_backend.hpp"
 
 namespace col = caf_collective;
 
@@ -173,6 +180,18 @@ int main(int argc, char** argv) {
     }
     col::init_collective_group(world, my_rank, "shm", g,
                                options(dir + "/" + g, 30000));
+    if (mode == "stop-reading") {
+      static std::string marker;
+      marker = dir + "/stopped-reading";
+      col::detail::shm::reading_test_hook = [](col::detail::shm::shm_backend&) {
+        std::fclose(std::fopen(marker.c_str(), "w"));
+        std::raise(SIGSTOP);
+      };
+      std::vector<float> mine(size_t{1} << 20, 1.0f); // 4 MiB: single copy
+      std::vector<float> all(mine.size() * size_t(world));
+      col::allgather(col::view_of(mine), col::view_of(all), g);
+      return 0;
+    }
     if (mode == "ops") {
       run_ops(world, my_rank, g);
       col::destroy_collective_group(g);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <latch>
 #include <random>
 #include <thread>
@@ -285,6 +286,46 @@ TEST_CASE("shm: a rank that times out while its peer still reads its buffer "
                              " elements of rank 0 overwritten");
   });
   test::check_ranks(results);
+}
+
+TEST_CASE("shm: a rank that times out while a stopped process reads its "
+          "buffer waits for that reader once - its 5 s bound, not twice") {
+  // Rank 1, a process of its own, stops (SIGSTOP) inside its reading mark
+  // while it copies rank 0's buffer in place (single copy). Rank 0's op
+  // times out after 1 s and waits at most 5 s for a reader in another
+  // process. Before: the failing op's abort waited those 5 s, and then the
+  // op waited 5 s more (1 + 5 + 5 s in all).
+  test::temp_dir dir;
+  const std::string group = "frozenreader";
+  auto reader = spawn("stop-reading", 2, 1, dir, group);
+  col::init_options opts;
+  opts.store = col::make_file_store((dir.path / group).string());
+  opts.timeout = 20s;
+  col::init_collective_group(2, 0, "shm", group, opts);
+  std::vector<float> mine(size_t{1} << 20, 0.0f); // 4 MiB: single copy
+  std::vector<float> all(mine.size() * 2);
+  col::allgather_options short_op;
+  short_op.timeout = 1s;
+  auto start = clock_type::now();
+  caf::error err;
+  try {
+    col::allgather(col::view_of(mine), col::view_of(all), group, short_op);
+  } catch (const col::collective_error& e) {
+    err = e.error();
+  }
+  auto took = clock_type::now() - start;
+  bool stopped_reading = std::filesystem::exists(dir.path / "stopped-reading");
+  kill(reader, SIGKILL);
+  test::wait_process(reader, std::chrono::seconds{10});
+  col::destroy_collective_group(group);
+  INFO(col::render(err));
+  REQUIRE(stopped_reading); // else nobody read in place: nothing was shown
+  CHECK(col::code_of(err) == col::errc::timeout);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took);
+  INFO("the op took " << ms.count() << " ms");
+  CHECK(ms >= 5s); // it waited for the stopped reader
+  CHECK(ms < 9s);
+  CHECK(test::shm_leftovers(group).empty());
 }
 
 TEST_CASE("shm: a rank that never joins makes formation time out naming it") {

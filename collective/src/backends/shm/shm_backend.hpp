@@ -416,6 +416,10 @@ class shm_backend : public backend {
   /// reading, and waits until no peer reads any more. Returns `err`.
   caf::error leave_after(caf::error err);
 
+  /// abort(), returning whether this call aborted the group (and waited for
+  /// the readers) or an earlier one had begun to.
+  bool abort_first(std::string_view why);
+
   /// Direct and single copy: waits until no peer reads this rank's
   /// buffers; for a reader in another process at most 5 s (a dead reader
   /// reads nothing).

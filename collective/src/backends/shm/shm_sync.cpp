@@ -448,21 +448,26 @@ caf::error shm_backend::leave_after(caf::error err) {
     // died while both read from it) must not wait for each other.
     announce();
     seg_.control(rank_).reading.store(0, std::memory_order_release);
-    abort(render(err));
-    // Also when an abort from another thread came first: that one may
-    // still be waiting, and this op's caller frees its buffers next.
-    wait_for_readers();
+    // An abort from another thread that came first may still be waiting
+    // for the readers, and this op's caller frees its buffers next: wait
+    // too. An abort made here waited already (twice would double the bound
+    // for a stopped reader in another process).
+    if (!abort_first(render(err))) wait_for_readers();
   }
   return err;
 }
 
 void shm_backend::abort(std::string_view why) {
+  abort_first(why);
+}
+
+bool shm_backend::abort_first(std::string_view why) {
   if (abort_begun_.exchange(true, std::memory_order_acq_rel)) {
     // The first abort sets aborted_ before the mark: an op that saw the
     // flag and aborts too waits for the mark (a few instructions away).
     while (!abort_published_.load(std::memory_order_acquire))
       std::this_thread::yield();
-    return;
+    return false;
   }
   abort_reason_ = std::string{why};
   // Before the segment's mark: a finisher that sees the mark ends this
@@ -502,6 +507,7 @@ void shm_backend::abort(std::string_view why) {
   // (a copy takes far less than this bound even for gigabytes; a dead
   // reader reads nothing).
   wait_for_readers();
+  return true;
 }
 
 void shm_backend::wait_for_readers() {
