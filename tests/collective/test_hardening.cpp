@@ -718,6 +718,40 @@ TEST_CASE("ranks given different world sizes for one group fail formation "
   }
 }
 
+TEST_CASE("ranks asking for different backends for one group fail formation "
+          "naming the backends - not a timeout blaming a running peer") {
+  // Before: each backend waited for its peers under keys of its own after
+  // the formation round, and every rank timed out naming another rank as
+  // "did not join" although all of them had come.
+  using pair = std::pair<std::string, std::string>;
+  for (auto [usual, odd_one] :
+       {pair{"auto", "shm"}, pair{"gloo", "shm"}, pair{"gloo", "auto"}}) {
+    for (int odd : {0, 2}) {
+      CAPTURE(usual);
+      CAPTURE(odd_one);
+      CAPTURE(odd);
+      auto name =
+        "backends-" + usual + "-" + odd_one + "-" + std::to_string(odd);
+      auto store = col::make_in_process_store();
+      auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+        auto backend = rank == odd ? odd_one : usual;
+        auto rank0 = odd == 0 ? odd_one : usual;
+        auto other = odd == 0 ? usual : odd_one;
+        expect_error(log, "init", col::errc::invalid_argument,
+                     {"disagree on its backend", "'" + rank0 + "'",
+                      "'" + other + "'", name},
+                     [&] {
+                       col::init_collective_group(
+                         3, rank, backend, name,
+                         test::group_options(store, 10s));
+                     });
+      });
+      test::check_ranks(results);
+      CHECK(test::shm_leftovers(name).empty());
+    }
+  }
+}
+
 namespace {
 
 /// Forms `name` of `world` ranks over `store` with rank 0 500 ms after the

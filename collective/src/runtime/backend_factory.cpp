@@ -74,6 +74,7 @@ formation_seat seat_of(const group_config& cfg) {
   seat.group = cfg.name;
   seat.rank = cfg.rank;
   seat.world_size = cfg.world_size;
+  seat.backend = cfg.backend;
   seat.timeout = cfg.timeout;
   return seat;
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -90,17 +89,24 @@ std::string waiting_key(const std::string& formation) {
   return prefix_of(formation) + "/waiting";
 }
 
-// The current key's value: "F W", the formation's name and rank 0's world
-// size, or "F !why" once rank 0 refused that formation (the ranks that
-// joined it read why on their next look at the key). A join's value: the
-// rank's token, or, from a rank whose world size differs from rank 0's,
-// this marker and its world size.
-const std::string other_size_marker = "world-size ";
+// The current key's value: "F W B", the formation's name, rank 0's world
+// size and the backend it asked for, or "F !why" once rank 0 refused that
+// formation (the ranks that joined it read why on their next look at the
+// key). A join's value: the rank's token, or, from a rank whose world size
+// or backend differs from rank 0's, this marker, its world size and its
+// backend.
+const std::string other_shape_marker = "other-shape ";
 // A join's value from a rank that refused the group on its own: why.
 const std::string own_refusal_marker = "refused ";
 
-std::string current_value(const std::string& formation, int world_size) {
-  return formation + " " + std::to_string(world_size);
+// "W B": what the ranks of a formation must agree on.
+std::string shape_of(const formation_seat& seat) {
+  return std::to_string(seat.world_size) + " " + seat.backend;
+}
+
+std::string current_value(const std::string& formation,
+                          const formation_seat& seat) {
+  return formation + " " + shape_of(seat);
 }
 
 std::string refused_value(const std::string& formation,
@@ -108,29 +114,58 @@ std::string refused_value(const std::string& formation,
   return formation + " !" + why;
 }
 
+/// A world size and a backend, as a rank was given them.
+struct group_shape {
+  int world_size = 0; // 0 when refused, missing or unreadable
+  std::string backend;
+
+  bool operator==(const group_shape&) const = default;
+};
+
+group_shape shape_of_rank(const formation_seat& seat) {
+  return {seat.world_size, seat.backend};
+}
+
+// "W B" (or "W" alone).
+group_shape parse_shape(const std::string& text) {
+  group_shape result;
+  std::istringstream in{text};
+  in >> result.world_size >> result.backend;
+  return result;
+}
+
 struct current_formation {
   std::string name;
-  int world_size = 0;  // 0 when refused, missing or unreadable
+  group_shape shape;
   std::string refusal; // empty while the formation is live
 };
 
 current_formation parse_current(const std::string& text) {
   auto space = text.find(' ');
-  if (space == std::string::npos) return {text, 0, {}};
-  current_formation result{text.substr(0, space), 0, {}};
+  if (space == std::string::npos) return {text, {}, {}};
+  current_formation result{text.substr(0, space), {}, {}};
   if (text.compare(space + 1, 1, "!") == 0) {
     result.refusal = text.substr(space + 2);
     return result;
   }
-  std::istringstream in{text.substr(space + 1)};
-  in >> result.world_size;
+  result.shape = parse_shape(text.substr(space + 1));
   return result;
 }
 
-std::string sizes_differ(int rank, int size, int rank0_size) {
-  return "ranks disagree on its world size: rank " + std::to_string(rank) +
-         " was given " + std::to_string(size) + ", rank 0 " +
-         std::to_string(rank0_size);
+// Names what rank `rank` and rank 0 disagree on.
+std::string shapes_differ(int rank, const group_shape& given,
+                          const group_shape& rank0) {
+  std::string why = "ranks disagree on";
+  auto who = "rank " + std::to_string(rank);
+  if (given.world_size != rank0.world_size)
+    why += " its world size: " + who + " was given " +
+           std::to_string(given.world_size) + ", rank 0 " +
+           std::to_string(rank0.world_size) +
+           (given.backend != rank0.backend ? ";" : "");
+  if (given.backend != rank0.backend)
+    why += " its backend: " + who + " asked for '" + given.backend +
+           "', rank 0 for '" + rank0.backend + "'";
+  return why;
 }
 
 caf::error refused(const formation_seat& seat, const std::string& why) {
@@ -161,9 +196,9 @@ std::vector<int> decode_ranks(const std::string& text) {
 caf::expected<std::string> lead(rendezvous_store& store,
                                 const formation_seat& seat) {
   auto formation = fresh_token();
-  if (auto err = store.set_within(
-        current_key(seat), bytes_of(current_value(formation, seat.world_size)),
-        time_left_rounded_up(seat.deadline)))
+  if (auto err = store.set_within(current_key(seat),
+                                  bytes_of(current_value(formation, seat)),
+                                  time_left_rounded_up(seat.deadline)))
     return store_failure(seat, err);
   std::vector<int> waiting;
   for (int rank = 1; rank < seat.world_size; ++rank)
@@ -186,11 +221,11 @@ caf::expected<std::string> lead(rendezvous_store& store,
       auto token = store.get(join_key(formation, waiting[i]), wait);
       if (token) {
         auto text = text_of(*token);
-        if (text.rfind(other_size_marker, 0) == 0) {
+        if (text.rfind(other_shape_marker, 0) == 0) {
           // Every rank waiting to be admitted learns why it never will be.
-          auto why = sizes_differ(
-            waiting[i], std::atoi(text.c_str() + other_size_marker.size()),
-            seat.world_size);
+          auto why = shapes_differ(
+            waiting[i], parse_shape(text.substr(other_shape_marker.size())),
+            shape_of_rank(seat));
           (void)store.set(current_key(seat),
                           bytes_of(refused_value(formation, why)));
           return refused(seat, why);
@@ -274,13 +309,13 @@ caf::expected<std::string> follow(rendezvous_store& store,
   bool joined_live = seen.refusal.empty();
   auto slice = milliseconds{2};
   for (;;) {
-    // A rank given another world size than rank 0 tells rank 0, which
-    // refuses the formation for everyone. It waits for that refusal rather
-    // than failing at once: the name it read may be of an earlier
-    // formation of another size, and rank 0's current one may still come.
-    bool differs = seen.world_size != seat.world_size;
-    auto joined =
-      differs ? other_size_marker + std::to_string(seat.world_size) : token;
+    // A rank given another world size or backend than rank 0 tells rank
+    // 0, which refuses the formation for everyone. It waits for that
+    // refusal rather than failing at once: the name it read may be of an
+    // earlier formation of another shape, and rank 0's current one may
+    // still come.
+    bool differs = seen.shape != shape_of_rank(seat);
+    auto joined = differs ? other_shape_marker + shape_of(seat) : token;
     if (joined_live)
       if (auto err =
             store.set_within(join_key(seen.name, seat.rank), bytes_of(joined),
@@ -303,7 +338,7 @@ caf::expected<std::string> follow(rendezvous_store& store,
                                  "refused, and no other came)");
         if (differs)
           return refused(
-            seat, sizes_differ(seat.rank, seat.world_size, seen.world_size));
+            seat, shapes_differ(seat.rank, shape_of_rank(seat), seen.shape));
         return not_admitted(store, seat, seen.name, admitted.error());
       }
       slice = std::min(2 * slice, milliseconds{100});

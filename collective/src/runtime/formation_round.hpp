@@ -26,6 +26,10 @@ struct formation_seat {
   std::string group;
   int rank = 0;
   int world_size = 1;
+  /// The backend the rank asked for ("auto", "gloo", "shm", "nccl"): ranks
+  /// that ask for different ones would wait under different keys after the
+  /// round, each blaming a peer that is running.
+  std::string backend;
   /// The formation's whole timeout (named in errors) and when it ends.
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
@@ -36,9 +40,9 @@ struct formation_seat {
 /// token. A rank that read F of an earlier formation re-reads it until rank
 /// 0's current one comes: its token is admitted only under the current F.
 /// Rank 0 admits ranks as they come and returns once all were admitted; the
-/// others return once admitted. A rank given another world size than rank
-/// 0's makes rank 0 refuse the formation (invalid_argument on every rank
-/// that joined it). Returns `store` with the prefix
+/// others return once admitted. A rank given another world size or backend
+/// than rank 0's makes rank 0 refuse the formation (invalid_argument on
+/// every rank that joined it, naming both). Returns `store` with the prefix
 /// "formation/F", or a timeout naming the ranks that never joined (rank 0)
 /// or rank 0 (the others). Errors of the store (an abort, a broken
 /// connection) keep their code and words: give it a cancelable store
