@@ -134,6 +134,7 @@ int fake_rank(char** args, int rank, long hold_ms) {
   seat.group = "tcp";
   seat.rank = rank;
   seat.world_size = 2;
+  seat.backend = "gloo";
   seat.timeout = std::chrono::milliseconds{hold_ms};
   seat.deadline = std::chrono::steady_clock::now() + seat.timeout;
   auto joined = col::detail::join_formation(client(args), seat);

@@ -102,7 +102,7 @@ TEST_CASE("gloo: a group aborted while Gloo waits for a peer's address stops "
   auto store = col::make_in_process_store();
   // Rank 1 joins the formation round and goes no further: rank 0 then
   // waits in Gloo's own rendezvous for rank 1's address.
-  auto joining = test::join_as_fake(store, name, 1, 2);
+  auto joining = test::join_as_fake(store, name, 1, 2, "gloo");
   col::work formed;
   auto made = col::group::make(config_of(name, "gloo", 2, 0, store), &formed);
   REQUIRE(made);
@@ -130,7 +130,7 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
   // World 3: ranks 0 and 1 are real; rank 2 joins the formation and
   // publishes its host but never attaches, so both wait in the segment for
   // it.
-  auto joining = test::join_as_fake(store, name, 2, 3);
+  auto joining = test::join_as_fake(store, name, 2, 3, "shm");
   col::work formed[2];
   std::shared_ptr<col::group> groups[2];
   for (int rank = 0; rank < 2; ++rank) {

@@ -752,6 +752,57 @@ TEST_CASE("ranks asking for different backends for one group fail formation "
   }
 }
 
+TEST_CASE("ranks that joined a formation rank 0 gave up on fail at once "
+          "naming the rank that never came - a later one names it too") {
+  // Rank 2 never comes; rank 0 gives up after 1 s. Before: rank 1, which
+  // had joined, waited for its own 5 s deadline; a rank that came after
+  // rank 0 had given up blamed rank 0 ("rank 0 never joined").
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    if (rank == 2) return;
+    auto start = std::chrono::steady_clock::now();
+    expect_error(log, "init", col::errc::timeout, {"rank 2 never joined"}, [&] {
+      col::init_collective_group(
+        3, rank, "gloo", "given-up",
+        test::group_options(store, rank == 0 ? 1s : 5s));
+    });
+    auto took = std::chrono::steady_clock::now() - start;
+    if (rank == 1) {
+      log.expect(took < 3s, "rank 1 waited for its own deadline");
+      // Rank 1 again, after rank 0 gave up: rank 0's reason, not rank 0.
+      expect_error(log, "late init", col::errc::timeout,
+                   {"ended at rank 0's deadline", "rank 2 never joined"}, [&] {
+                     col::init_collective_group(
+                       3, 1, "gloo", "given-up",
+                       test::group_options(store, 500ms));
+                   });
+    }
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("a follower that timed out and tries again while rank 0 still "
+          "waits is admitted with its new token") {
+  // Rank 1 gives up after 300 ms and tries again at once; rank 2 comes at
+  // 1 s. Before: rank 0 admitted the token rank 1 had joined with first,
+  // which nobody waited for any more: rank 1's second try timed out
+  // naming rank 2, and rank 0 waited in Gloo for rank 1.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    if (rank == 2) std::this_thread::sleep_for(1s);
+    if (rank == 1)
+      expect_error(log, "first init", col::errc::timeout, {"retried"}, [&] {
+        col::init_collective_group(3, 1, "gloo", "retried",
+                                   test::group_options(store, 300ms));
+      });
+    col::init_collective_group(3, rank, "gloo", "retried",
+                               test::group_options(store, 10s));
+    expect_usable(log, "retried", 3, rank);
+    col::destroy_collective_group("retried");
+  });
+  test::check_ranks(results);
+}
+
 namespace {
 
 /// Forms `name` of `world` ranks over `store` with rank 0 500 ms after the

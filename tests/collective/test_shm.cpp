@@ -350,7 +350,7 @@ TEST_CASE("shm: a formation whose creator was killed fails on the others "
   test::temp_dir dir;
   const std::string group = "killedmaker"; // shm_leftovers finds it verbatim
   auto joining = test::join_as_fake(
-    col::make_file_store((dir.path / group).string()), group, 2, 3);
+    col::make_file_store((dir.path / group).string()), group, 2, 3, "shm");
   auto creator = spawn("sleeper", 3, 0, dir, group);
   auto other = spawn("unformed", 3, 1, dir, group, {"3000"});
   auto host = col::detail::shm::host_identity();
@@ -393,7 +393,7 @@ TEST_CASE("shm: a segment whose creator was killed before any rank attached "
   const std::string group =
     "orphanseg" + std::to_string(std::random_device{}() % 100000000);
   auto joining = test::join_as_fake(
-    col::make_file_store((dir.path / group).string()), group, 1, 2);
+    col::make_file_store((dir.path / group).string()), group, 1, 2, "shm");
   // Formation timeout 2 s: its segment is stale 2 s (the sweep's slack)
   // after that.
   auto creator = spawn("unformed", 2, 0, dir, group, {"2000"});
@@ -472,7 +472,7 @@ TEST_CASE("shm: ranks on another host are refused by name at formation") {
   auto store = col::make_in_process_store();
   // Rank 1 "runs" elsewhere: it joins the formation and publishes an
   // identity from another boot of another machine.
-  auto joining = test::join_as_fake(store, "elsewhere", 1, 2);
+  auto joining = test::join_as_fake(store, "elsewhere", 1, 2, "shm");
   std::atomic<bool> published{false};
   std::thread elsewhere{[&] {
     try {

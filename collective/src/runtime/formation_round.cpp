@@ -114,6 +114,12 @@ std::string refused_value(const std::string& formation,
   return formation + " !" + why;
 }
 
+// "F ?why": rank 0 stopped waiting for formation F at its deadline.
+std::string gave_up_value(const std::string& formation,
+                          const std::string& why) {
+  return formation + " ?" + why;
+}
+
 /// A world size and a backend, as a rank was given them.
 struct group_shape {
   int world_size = 0; // 0 when refused, missing or unreadable
@@ -138,14 +144,19 @@ struct current_formation {
   std::string name;
   group_shape shape;
   std::string refusal; // empty while the formation is live
+  /// The refusal is rank 0's timeout: it stopped waiting for ranks that
+  /// never joined (a rank that comes later would wait for nobody).
+  bool gave_up = false;
 };
 
 current_formation parse_current(const std::string& text) {
   auto space = text.find(' ');
   if (space == std::string::npos) return {text, {}, {}};
   current_formation result{text.substr(0, space), {}, {}};
-  if (text.compare(space + 1, 1, "!") == 0) {
+  if (text.compare(space + 1, 1, "!") == 0 ||
+      text.compare(space + 1, 1, "?") == 0) {
     result.refusal = text.substr(space + 2);
+    result.gave_up = text[space + 1] == '?';
     return result;
   }
   result.shape = parse_shape(text.substr(space + 1));
@@ -171,6 +182,25 @@ std::string shapes_differ(int rank, const group_shape& given,
 caf::error refused(const formation_seat& seat, const std::string& why) {
   return make_error(errc::invalid_argument, where_of(seat),
                     "forming the group failed: " + why);
+}
+
+// The end of formation `seen`, which rank 0 refused or gave up on: for
+// this rank (it joined that formation while it was live), or as the last
+// one rank 0 published (`stale`: it may be an earlier attempt's).
+caf::error refusal_of(const formation_seat& seat, const current_formation& seen,
+                      bool stale) {
+  if (!seen.gave_up)
+    return refused(seat, seen.refusal +
+                           (stale ? " (the formation rank 0 published last "
+                                    "was refused, and no other came)"
+                                  : " (rank 0 refused the formation)"));
+  return make_error(
+    errc::timeout, where_of(seat),
+    "forming the group failed: " +
+      std::string{stale ? "the formation rank 0 published last ended at "
+                          "rank 0's deadline, and no other came: "
+                        : "rank 0 stopped waiting at its deadline: "} +
+      seen.refusal);
 }
 
 // Rank 0's list of ranks it still waits for: "2 5 7".
@@ -203,7 +233,7 @@ caf::expected<std::string> lead(rendezvous_store& store,
   std::vector<int> waiting;
   for (int rank = 1; rank < seat.world_size; ++rank)
     waiting.push_back(rank);
-  std::vector<std::string> tokens;
+  std::vector<std::string> tokens(static_cast<size_t>(seat.world_size));
   caf::error last_wait;
   auto slice = milliseconds{1};
   for (size_t listed = 0; !waiting.empty();) {
@@ -238,14 +268,25 @@ caf::expected<std::string> lead(rendezvous_store& store,
                           bytes_of(refused_value(formation, why)));
           return refused(seat, why);
         }
-        tokens.push_back(std::move(text));
+        tokens[static_cast<size_t>(waiting[i])] = std::move(text);
         continue;
       }
       if (!timed_out(token.error())) return store_failure(seat, token.error());
       if (i == 0) last_wait = token.error();
       still_waiting.push_back(waiting[i]);
     }
-    if (!still_waiting.empty() && clock_type::now() >= seat.deadline)
+    if (!still_waiting.empty() && clock_type::now() >= seat.deadline) {
+      // The ranks that joined learn at once that nobody admits them any
+      // more, and a rank that comes later reads why.
+      auto who = still_waiting.size() == 1
+                   ? "rank " + std::to_string(still_waiting.front())
+                   : "ranks " + list_ranks(still_waiting);
+      (void)store.set_within(
+        current_key(seat),
+        bytes_of(gave_up_value(formation,
+                               who + " never joined within " +
+                                 std::to_string(seat.timeout.count()) + " ms")),
+        std::clamp(seat.timeout, milliseconds{1}, milliseconds{1000}));
       return never_joined(
         seat, still_waiting,
         make_error(
@@ -253,13 +294,24 @@ caf::expected<std::string> lead(rendezvous_store& store,
           "rendezvous key '" + join_key(formation, still_waiting[0]) +
             "' did not appear within " + std::to_string(seat.timeout.count()) +
             " ms (the store's last answer: " + detail_of(last_wait) + ")"));
+    }
     if (still_waiting.size() == waiting.size())
       slice = std::min(2 * slice, milliseconds{50});
     waiting = std::move(still_waiting);
   }
-  for (auto& token : tokens)
+  for (int rank = 1; rank < seat.world_size; ++rank) {
+    // A rank that gave up and tried again while this formation was open
+    // joined it again under a new token: admit the one there now.
+    auto& token = tokens[static_cast<size_t>(rank)];
+    if (auto now = store.get(join_key(formation, rank), 0ms); now) {
+      auto text = text_of(*now);
+      if (text.rfind(other_shape_marker, 0) != 0 &&
+          text.rfind(own_refusal_marker, 0) != 0)
+        token = std::move(text);
+    }
     if (auto err = store.set(admission_key(token), bytes_of(formation)))
       return store_failure(seat, err);
+  }
   return formation;
 }
 
@@ -301,7 +353,7 @@ caf::expected<std::string> follow(rendezvous_store& store,
   }
   auto seen = parse_current(text_of(*current));
   if (written_since_first_look && !seen.refusal.empty())
-    return refused(seat, seen.refusal + " (rank 0 refused the formation)");
+    return refusal_of(seat, seen, false);
   // Whether the formation this rank joined was live when it read it: a
   // refusal it finds later is then for it. One it read as refused may be
   // left by an earlier attempt: it waits for rank 0's next formation
@@ -332,10 +384,7 @@ caf::expected<std::string> follow(rendezvous_store& store,
         // A refusal already there when this rank first looked may be an
         // earlier attempt's, but far more often it is this one's, refused
         // before this rank came (a peer given another size): quote it.
-        if (!seen.refusal.empty())
-          return refused(seat, seen.refusal +
-                                 " (the formation rank 0 published last was "
-                                 "refused, and no other came)");
+        if (!seen.refusal.empty()) return refusal_of(seat, seen, true);
         if (differs)
           return refused(
             seat, shapes_differ(seat.rank, shape_of_rank(seat), seen.shape));
@@ -347,16 +396,15 @@ caf::expected<std::string> follow(rendezvous_store& store,
       auto now = parse_current(text_of(*now_current));
       if (now.name != seen.name) {
         // Written while this rank watched: a refusal is for it.
-        if (!now.refusal.empty())
-          return refused(seat, now.refusal + " (rank 0 refused the formation)");
+        if (!now.refusal.empty()) return refusal_of(seat, now, false);
         seen = std::move(now);
         joined_live = true;
         break; // join again, under rank 0's new name
       }
       if (!now.refusal.empty()) {
-        if (joined_live)
-          return refused(seat, now.refusal + " (rank 0 refused the formation)");
+        if (joined_live) return refusal_of(seat, now, false);
         seen.refusal = std::move(now.refusal);
+        seen.gave_up = now.gave_up;
       }
     }
   }
