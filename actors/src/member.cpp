@@ -97,6 +97,18 @@ struct inflight {
 
   /// The member terminates: nobody answers. True if it was in flight.
   bool withdraw() { return answer ? answer->withdraw() : true; }
+
+  /// The member terminates. The driver learns it from its down message and
+  /// the member itself asks nothing any more, so their answers are
+  /// withdrawn; anyone else who asked through member_api hears of it only
+  /// through the answer (CAF 0.17 sends nothing for a request whose
+  /// receiver is gone): it gets `err`. True if the op was in flight.
+  bool end_with_member(const caf::actor_addr& self,
+                       const caf::actor_addr& driver, caf::error err) {
+    if (answer && answer->answers_other_than(self, driver))
+      return answer->fail(std::move(err), nullptr);
+    return withdraw();
+  }
 };
 
 struct member_group {
@@ -133,6 +145,10 @@ struct member_group {
   }
 };
 
+error_context context_of(const member_group& g, op_kind op) {
+  return error_context{g.m.group, op, -1, g.m.rank, g.m.world_size};
+}
+
 // Drops the entries of ops their completions answered.
 void forget_answered(member_group& g) {
   std::erase_if(g.ops,
@@ -144,10 +160,16 @@ void forget_answered(member_group& g) {
 // on the group's own lane; a group with ops in flight is aborted first.
 // The member is terminating: its ops in flight are answered by nobody (the
 // requester learns of the end from the member's down message).
-void let_go(const std::string& name, member_group& g) {
+void let_go(const std::string& name, member_group& g,
+            const caf::actor_addr& self, const caf::actor_addr& driver) {
   bool in_flight = false;
   for (auto& [key, op] : g.ops)
-    in_flight = op.withdraw() || in_flight;
+    in_flight =
+      op.end_with_member(self, driver,
+                         make_error(errc::aborted, context_of(g, op.plan.op),
+                                    "the member terminated before the op "
+                                    "finished")) ||
+      in_flight;
   g.ops.clear();
   if (!g.grp) return;
   // A group still forming is aborted too: its formation would otherwise
@@ -169,14 +191,12 @@ struct member_state {
   uint64_t own_keys = 0;
 
   ~member_state() {
+    // (Emptied by the member's exit already; the member's own requests
+    // would go to a dead mailbox.)
     for (auto& [name, g] : groups)
-      let_go(name, g);
+      let_go(name, g, caf::actor_addr{}, driver.address());
   }
 };
-
-error_context context_of(const member_group& g, op_kind op) {
-  return error_context{g.m.group, op, -1, g.m.rank, g.m.world_size};
-}
 
 // The error a member-initiated op gets when its group cannot take it, or
 // none.
@@ -376,18 +396,18 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   for (auto& m : groups)
     join(std::move(m));
   // The state dies with the actor, whichever way it exits.
-  self->attach_functor(
-    [st, owner = self->id(), ctrl = self->ctrl()](const caf::error&) {
-      detail::unregister_own_ops(ctrl);
-      // Only a member with ops in flight aborts: an idle group tears down
-      // cleanly (on its lane) and its peers see no spurious failure.
-      for (auto& [name, g] : st->groups)
-        let_go(name, g);
-      st->groups.clear();
-      // A ref owner's death releases its refs: the outputs of its own ops
-      // here (col::put's objects go through the owner registry's watch).
-      st->store->release_owned_by(owner);
-    });
+  self->attach_functor([st, owner = self->id(), ctrl = self->ctrl(),
+                        me = self->address()](const caf::error&) {
+    detail::unregister_own_ops(ctrl);
+    // Only a member with ops in flight aborts: an idle group tears down
+    // cleanly (on its lane) and its peers see no spurious failure.
+    for (auto& [name, g] : st->groups)
+      let_go(name, g, me, st->driver.address());
+    st->groups.clear();
+    // A ref owner's death releases its refs: the outputs of its own ops
+    // here (col::put's objects go through the owner registry's watch).
+    st->store->release_owned_by(owner);
+  });
   auto find = [st](const std::string& name, uint64_t gen) -> member_group* {
     auto i = st->groups.find(name);
     if (i == st->groups.end() || (gen != 0 && i->second.gen != gen))
@@ -468,6 +488,13 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       return answer.deliver(std::move(err));
     auto planned = plan_member_op(*g, st->store, addr, req);
     if (!planned) return answer.deliver(std::move(planned.error()));
+    // An output asked for by another actor (member_api) is that actor's,
+    // as a driver op's output is its client's: it goes when the requester
+    // ends, not with this member.
+    auto requester = caf::actor_cast<caf::actor_addr>(answer.source());
+    if (planned->answer->out && requester && requester != addr)
+      planned->answer->out_owner =
+        detail::output_owner_of(st->store, requester);
     planned->answer->address_to(std::move(answer));
     auto key = ++st->own_keys;
     enqueue(*g, key, std::move(*planned));

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include <caf/abstract_actor.hpp>
+#include <caf/actor_addr.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/make_message.hpp>
@@ -49,8 +50,17 @@ void op_answer::complete(const caf::error& err, caf::execution_unit* ctx) {
   out.reset();
 }
 
-void op_answer::fail(caf::error err, caf::execution_unit* ctx) {
-  if (claim()) send(caf::make_message(std::move(err)), ctx);
+bool op_answer::fail(caf::error err, caf::execution_unit* ctx) {
+  if (!claim()) return false;
+  send(caf::make_message(std::move(err)), ctx);
+  return true;
+}
+
+bool op_answer::answers_other_than(const caf::actor_addr& a,
+                                   const caf::actor_addr& b) const {
+  if (!requester_) return false;
+  auto who = requester_->get()->address();
+  return who != a && who != b;
 }
 
 bool op_answer::withdraw() {

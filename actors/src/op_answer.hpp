@@ -60,9 +60,14 @@ class op_answer {
   /// input's ref or the error, unless the member answered first.
   void complete(const caf::error& err, caf::execution_unit* ctx);
 
-  /// The member fails the op with `err`, unless the op answered first.
-  /// The memory stays until the op's completion lets go of it.
-  void fail(caf::error err, caf::execution_unit* ctx);
+  /// The member fails the op with `err`, unless the op answered first
+  /// (then false). The memory stays until the op's completion lets go of
+  /// it.
+  bool fail(caf::error err, caf::execution_unit* ctx);
+
+  /// Whether the answer goes to an actor other than `a` and `b`.
+  bool answers_other_than(const caf::actor_addr& a,
+                          const caf::actor_addr& b) const;
 
   /// The member is terminating: nobody answers. True if the op was still
   /// unanswered (in flight).

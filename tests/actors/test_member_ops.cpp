@@ -504,6 +504,64 @@ TEST_CASE("a member that dies while its peer waits in a member-initiated "
     caf::after(30s) >> [&] { FAIL("no answer within 30 s"); });
 }
 
+TEST_CASE("an actor that asked a member for an op through member_api hears "
+          "when the member terminates mid-op - no silent hang") {
+  // The driver monitors its members and the member's own ops die with it,
+  // but an outside requester learns nothing from CAF 0.17 when the member
+  // that took its request terminates. Before: no answer at all (a request
+  // with caf::infinite waited for ever).
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  auto ms = f.formed("asked", 2, "shm", one_op_member, std::string{"asked"});
+  col::member_op op;
+  op.group = "asked";
+  op.op = col::op_kind::allreduce;
+  op.in = put_floats(f.sys, {1, 2});
+  auto start = std::chrono::steady_clock::now();
+  auto pending = self->request(col::typed_member(ms[0]), 20s, op);
+  // Rank 1 never joins the op; rank 0 waits in it, then terminates.
+  std::this_thread::sleep_for(300ms);
+  caf::anon_send_exit(ms[0], caf::exit_reason::user_shutdown);
+  caf::error err;
+  pending.receive([](col::object_ref&) { FAIL("the op succeeded alone"); },
+                  [&](caf::error& e) { err = std::move(e); });
+  auto s = text(err);
+  INFO(s);
+  CHECK(col::code_of(err) == col::errc::aborted);
+  CHECK(contains(s, "'asked'"));
+  CHECK(contains(s, "allreduce"));
+  CHECK(contains(s, "terminated before the op finished"));
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+}
+
+TEST_CASE("an output a member made for an actor that asked through "
+          "member_api belongs to that actor - it goes when the actor ends") {
+  // As a driver op's output belongs to its client. Before: the member
+  // owned it, so it outlived the requester until the member ended.
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  auto ms = f.formed("owned", 1, "auto", one_op_member, std::string{"owned"});
+  auto store = col::local_store(f.sys);
+  col::member_op op;
+  op.group = "owned";
+  op.op = col::op_kind::allgather;
+  op.in = put_floats(f.sys, {1, 2});
+  col::object_ref out;
+  {
+    caf::scoped_actor brief{f.sys};
+    brief->request(col::typed_member(ms[0]), 10s, op)
+      .receive([&](col::object_ref& ref) { out = std::move(ref); },
+               [](caf::error& err) { FAIL(text(err)); });
+    REQUIRE(out.valid());
+    CHECK(store->contains(out));
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (store->contains(out) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(store->contains(out));
+  CHECK(store->contains(op.in)); // the input stays its owner's
+}
+
 TEST_CASE("a member with a healthy idle group exits without blocking its "
           "scheduler thread") {
   // One scheduler thread: if the exiting member tore its Gloo group down on
