@@ -22,6 +22,8 @@
 //             the last rank as the one rank that died (argument 6: the op
 //             timeout in ms; argument 7: the text expected instead), then
 //             destroys the group
+//   auto      forms the group with backend "auto", which must resolve to
+//             argument 6, runs a barrier and an allreduce, and destroys it
 //   stop-reading joins, enters a 4 MiB allgather and stops itself
 //             (SIGSTOP) as soon as it has marked that it reads its peers'
 //             buffers in place, after creating the file "stopped-reading"
@@ -177,6 +179,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: formed a group that cannot form\n",
                    my_rank);
       return 1;
+    }
+    if (mode == "auto" && argc == 7) {
+      col::init_collective_group(world, my_rank, "auto", g,
+                                 options(dir + "/" + g, 30000));
+      auto used = col::get_group(g)->backend_in_use();
+      expect(used == argv[6], "auto resolved to " + used);
+      std::vector<float> x(1000, 1.0f);
+      col::allreduce(col::view_of(x), g);
+      expect(x[0] == float(world) && x[999] == float(world), "allreduce");
+      col::destroy_collective_group(g);
+      return failures == 0 ? 0 : 1;
     }
     col::init_collective_group(world, my_rank, "shm", g,
                                options(dir + "/" + g, 30000));

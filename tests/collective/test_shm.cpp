@@ -523,6 +523,50 @@ TEST_CASE("shm: ranks in other PID namespaces are refused at formation as "
   CHECK(test::shm_leftovers(group).empty());
 }
 
+TEST_CASE("ranks that do not share /dev/shm get gloo from auto, and shm by "
+          "name is refused as on another host") {
+  // A container with a /dev/shm of its own (a private tmpfs: docker
+  // without --ipc=host) on the same kernel and hostname. Before: auto chose
+  // shm, rank 1 could not open the segment rank 0 had made, and rank 0
+  // waited until its deadline blaming rank 1.
+  const std::string own_shm =
+    "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\"";
+  if (std::system("/usr/bin/unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm' "
+                  "> /dev/null 2>&1") != 0) {
+    MESSAGE("skipped: this machine gives no mount namespace with a tmpfs");
+    return;
+  }
+  // A rank process in a mount namespace with a fresh tmpfs on /dev/shm.
+  auto contained = [&](std::vector<std::string> tail) {
+    std::vector<std::string> args{"-m", "sh", "-c", own_shm,
+                                  CAF_COLLECTIVE_SHM_RANK_PROCESS};
+    args.insert(args.end(), tail.begin(), tail.end());
+    return test::spawn_process("/usr/bin/unshare", args);
+  };
+  {
+    test::temp_dir dir;
+    const std::string group = "privshmauto";
+    auto here = spawn("auto", 2, 0, dir, group, {"gloo"});
+    auto there =
+      contained({"auto", "2", "1", dir.path.string(), group, "gloo"});
+    CHECK(test::wait_process(here, std::chrono::seconds{60}) == 0);
+    CHECK(test::wait_process(there, std::chrono::seconds{60}) == 0);
+  }
+  {
+    test::temp_dir dir;
+    const std::string group = "privshmnamed";
+    std::vector<std::string> expected{"10000", "every rank on one host"};
+    auto here = spawn("unformed", 2, 0, dir, group, expected);
+    std::vector<std::string> tail{"unformed", "2", "1", dir.path.string(),
+                                  group};
+    tail.insert(tail.end(), expected.begin(), expected.end());
+    auto there = contained(tail);
+    CHECK(test::wait_process(here, std::chrono::seconds{60}) == 0);
+    CHECK(test::wait_process(there, std::chrono::seconds{60}) == 0);
+    CHECK(test::shm_leftovers(group).empty());
+  }
+}
+
 TEST_CASE("auto picks shm when every rank runs on this host") {
   auto store = col::make_in_process_store();
   auto results = test::run_threads(3, [&](int rank, rank_log& log) {

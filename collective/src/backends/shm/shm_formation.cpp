@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "backends/shm/shm_backend.hpp"
 #include "runtime/store_text.hpp"
 #include "runtime/time_left.hpp"
@@ -78,9 +80,17 @@ std::string host_identity() {
   auto n =
     readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
   if (n < 0) pid_namespace[0] = '\0';
+  // Containers of one kernel and hostname may still have /dev/shm of their
+  // own (a private tmpfs: docker without --ipc=host): the segment one
+  // creates is not there for the other. Each tmpfs has a device number of
+  // its own.
+  struct stat shm_dir {};
+  auto shm_device = stat("/dev/shm", &shm_dir) == 0
+                      ? std::to_string(shm_dir.st_dev)
+                      : std::string{"none"};
   // The boot id tells apart machines (and containers of other kernels) that
   // share a hostname; the hostname tells apart containers of one kernel.
-  return boot_id + "/" + host + "/" + pid_namespace;
+  return boot_id + "/" + host + "/" + pid_namespace + "/shm:" + shm_device;
 }
 
 shm_backend::shm_backend(const group_config& cfg, segment seg)
