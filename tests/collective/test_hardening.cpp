@@ -8,6 +8,7 @@
 #include <limits>
 #include <thread>
 
+#include "fake_member.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -799,6 +800,52 @@ TEST_CASE("a follower that timed out and tries again while rank 0 still "
                                test::group_options(store, 10s));
     expect_usable(log, "retried", 3, rank);
     col::destroy_collective_group("retried");
+  });
+  test::check_ranks(results);
+}
+
+TEST_CASE("a Gloo rank that joined the formation and went no further is the "
+          "one rank its peers name - not the ranks above it") {
+  // Gloo reads the hostname keys of the lower ranks first. Before: rank 2
+  // waited on rank 1's key without meeting its peers first, so rank 0
+  // named ranks [1, 2] as never joined although rank 2 was there.
+  auto store = col::make_in_process_store();
+  auto fake = test::join_as_fake(store, "stalled-gloo", 1, 3, "gloo", 10s);
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    if (rank == 1) return; // the stand-in
+    auto err = test::expect_throw(log, "init", [&] {
+                 col::init_collective_group(3, rank, "gloo", "stalled-gloo",
+                                            test::group_options(store, 2s));
+               }).error();
+    auto text = col::render(err);
+    log.expect(text.find("[1]") != std::string::npos &&
+                 text.find("[1, 2]") == std::string::npos &&
+                 text.find("rank_1") == std::string::npos,
+               "rank " + std::to_string(rank) + ": " + text);
+  });
+  test::check_ranks(results);
+  fake.wait();
+}
+
+TEST_CASE("a Gloo rank whose hostname does not resolve fails its peers' "
+          "formation at once, naming it") {
+  // Before: it failed alone after the formation round, and its peers
+  // waited until their deadline.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(3, [&](int rank, rank_log& log) {
+    auto opts = test::group_options(store, 10s);
+    if (rank == 1) opts.hostname = "no-such-host.invalid";
+    auto start = std::chrono::steady_clock::now();
+    auto err =
+      test::expect_throw(log, "init", [&] {
+        col::init_collective_group(3, rank, "gloo", "unresolved", opts);
+      }).error();
+    auto took = std::chrono::steady_clock::now() - start;
+    auto text = col::render(err);
+    log.expect(text.find("no-such-host.invalid") != std::string::npos, text);
+    if (rank != 1) log.expect(text.find("rank 1") != std::string::npos, text);
+    log.expect(took < 5s, "rank " + std::to_string(rank) +
+                            " waited for its deadline: " + text);
   });
   test::check_ranks(results);
 }

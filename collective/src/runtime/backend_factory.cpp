@@ -49,10 +49,11 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
 }
 
 // What this rank can tell alone, before it waits for the others: an
-// unknown or missing backend, an NCCL group without a CUDA device.
+// unknown or missing backend, an NCCL group without a CUDA device, a Gloo
+// rank whose hostname does not resolve.
 caf::error refused_here(const group_config& cfg) {
-  if (cfg.backend == "gloo" || cfg.backend == "shm" || cfg.backend == "auto")
-    return {};
+  if (cfg.backend == "gloo") return check_gloo_usable(cfg);
+  if (cfg.backend == "shm" || cfg.backend == "auto") return {};
   if (cfg.backend == "nccl") {
 #if CAF_COLLECTIVE_HAVE_NCCL
     return check_nccl_usable(cfg);

@@ -36,6 +36,11 @@ void tell_followers_of_refusal(const group_config& cfg, const caf::error& why);
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
                                              milliseconds op_timeout);
 
+/// What make_gloo_backend checks before it touches the store: that this
+/// rank's hostname resolves. make_backend asks it before the ranks wait for
+/// each other, so its peers learn of it at once.
+caf::error check_gloo_usable(const group_config& cfg);
+
 #if CAF_COLLECTIVE_HAVE_NCCL
 /// Rank 0 creates the NCCL unique id and publishes it in cfg.store; every
 /// rank then creates its communicator on cfg.cuda_device.

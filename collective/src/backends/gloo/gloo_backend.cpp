@@ -333,6 +333,14 @@ void ignore_sigpipe_once() {
 
 } // namespace
 
+caf::error check_gloo_usable(const group_config& cfg) {
+  if (auto problem = host_problem(resolve_hostname(cfg)); !problem.empty())
+    return make_error(errc::backend_error,
+                      error_context::member(cfg.name, cfg.rank, cfg.world_size),
+                      "forming the group failed: " + problem);
+  return {};
+}
+
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
                                              milliseconds op_timeout) {
   // Formation is no operation: the context names group and rank only.

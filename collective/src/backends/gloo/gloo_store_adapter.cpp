@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string_view>
 
 #include <gloo/common/error.h>
 
@@ -29,13 +30,34 @@ gloo_store_adapter::time_left(std::chrono::milliseconds limit) const {
   return std::clamp(left, std::chrono::milliseconds{0}, limit);
 }
 
-int gloo_store_adapter::peer_of(const std::string& key) const {
+namespace {
+
+// The rank a key of only digits names, or -1.
+int rank_named(const std::string& key) {
   if (key.empty() || key.size() > 9 ||
       !std::all_of(key.begin(), key.end(),
                    [](unsigned char c) { return std::isdigit(c); }))
     return -1;
-  auto peer = std::stoi(key);
-  return peer != rank_ && peer < world_size_ ? peer : -1;
+  return std::stoi(key);
+}
+
+} // namespace
+
+int gloo_store_adapter::peer_of(const std::string& key) const {
+  auto peer = rank_named(key);
+  return peer >= 0 && peer != rank_ && peer < world_size_ ? peer : -1;
+}
+
+bool gloo_store_adapter::names_peer_host(const std::string& key) const {
+  // Gloo's full mesh reads the hostname key "rank_<r>" of each lower rank
+  // before any address: a rank that never published it (it failed on its
+  // own) would hold this one there until the deadline, before the peer
+  // check that lets rank 0 tell the ranks that came from those that did
+  // not.
+  constexpr std::string_view prefix = "rank_";
+  if (!key.starts_with(prefix)) return false;
+  auto peer = rank_named(key.substr(prefix.size()));
+  return peer >= 0 && peer != rank_ && peer < world_size_;
 }
 
 void gloo_store_adapter::fail(caf::error err) {
@@ -64,7 +86,7 @@ void gloo_store_adapter::set(const std::string& key,
 }
 
 std::vector<char> gloo_store_adapter::get(const std::string& key) {
-  if (peer_of(key) >= 0) meet_peers();
+  if (peer_of(key) >= 0 || names_peer_host(key)) meet_peers();
   auto value = store_->get(key, time_left(std::chrono::milliseconds::max()));
   if (!value) fail(value.error());
   return std::move(*value);
@@ -83,6 +105,7 @@ void gloo_store_adapter::wait(const std::vector<std::string>& keys,
       meet_peers();
       continue;
     }
+    if (names_peer_host(key)) meet_peers(); // then wait for the key itself
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
     auto value = store_->get(key, std::max(left, std::chrono::milliseconds{0}));

@@ -47,6 +47,9 @@ class gloo_store_adapter : public gloo::rendezvous::Store {
   /// The peer rank a key of Gloo's full-mesh rendezvous names, or -1.
   int peer_of(const std::string& key) const;
 
+  /// Whether `key` is Gloo's hostname key of another rank ("rank_<r>").
+  bool names_peer_host(const std::string& key) const;
+
   /// Runs the peer check once; throws on failure.
   void meet_peers();
 
