@@ -173,6 +173,49 @@ TEST_CASE("shm: a rank aborted while waiting for peers to attach tells the "
   CHECK(test::shm_leftovers(name).empty());
 }
 
+TEST_CASE("destroy_collective_group from another thread ends a formation "
+          "under way - its init throws aborted and the name is free") {
+  // Before: destroy said the group was not initialized, and the init waited
+  // for its whole timeout.
+  for (std::string backend : {"gloo", "shm", "auto"}) {
+    CAPTURE(backend);
+    auto name = "destroyed-forming-" + backend;
+    auto store = col::make_in_process_store();
+    caf::error init_err;
+    auto start = clock_type::now();
+    std::thread init{[&] {
+      try {
+        // Rank 1 never comes.
+        col::init_collective_group(2, 0, backend, name,
+                                   test::group_options(store, 20s));
+      } catch (const col::collective_error& e) {
+        init_err = e.error();
+      }
+    }};
+    std::this_thread::sleep_for(300ms);
+    bool destroyed = false;
+    try {
+      col::destroy_collective_group(name);
+      destroyed = true;
+    } catch (const col::collective_error& e) {
+      FAIL_CHECK("destroy: " << col::render(e.error()));
+    }
+    init.join();
+    auto took = clock_type::now() - start;
+    CHECK(destroyed);
+    CHECK(col::code_of(init_err) == col::errc::aborted);
+    CHECK(col::render(init_err).find("destroyed while it formed") !=
+          std::string::npos);
+    CHECK(took < 10s);
+    CHECK_FALSE(col::is_group_initialized(name));
+    // The name is free again.
+    col::init_collective_group(1, 0, backend, name);
+    CHECK(col::is_group_initialized(name));
+    col::destroy_collective_group(name);
+    CHECK(test::shm_leftovers(name).empty());
+  }
+}
+
 TEST_CASE("a store wait that is not aborted still times out at its deadline, "
           "with the store's own words") {
   auto store = col::make_in_process_store();

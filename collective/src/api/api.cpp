@@ -17,7 +17,11 @@ namespace caf_collective {
 
 struct member_scope::table {
   std::mutex mtx; // only the process table needs it (find_group)
+  /// Initialized groups; a name being initialized is reserved with null.
   std::map<std::string, group_ptr, std::less<>> groups;
+  /// The groups of the reserved names, while they form: a destroy from
+  /// another thread aborts one instead of refusing an unknown name.
+  std::map<std::string, group_ptr, std::less<>> forming;
 };
 
 namespace {
@@ -182,34 +186,70 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
     std::lock_guard<std::mutex> guard{tbl.mtx};
     tbl.groups.erase(tbl.groups.find(group_name));
   };
-  caf::expected<group_ptr> created = group_ptr{};
+  work formed;
+  caf::expected<group_ptr> made = group_ptr{};
   try {
-    created = group::create(std::move(cfg));
+    made = group::make(std::move(cfg), &formed);
   } catch (...) {
     // Out of threads or memory: the name stays free to try again.
     forget_reservation();
     throw;
   }
-  std::lock_guard<std::mutex> guard{tbl.mtx};
-  auto i = tbl.groups.find(group_name);
-  if (!created) {
-    tbl.groups.erase(i);
-    throw collective_error{created.error()};
+  if (!made) {
+    forget_reservation();
+    throw collective_error{made.error()};
   }
-  i->second = std::move(*created);
+  {
+    std::lock_guard<std::mutex> guard{tbl.mtx};
+    tbl.forming.emplace(std::string{group_name}, *made);
+  }
+  auto err = formed.wait();
+  std::lock_guard<std::mutex> guard{tbl.mtx};
+  auto f = tbl.forming.find(group_name);
+  // Gone: destroy_collective_group took the group (and its name) and
+  // aborted it while it formed.
+  bool destroyed = f == tbl.forming.end() || f->second != *made;
+  if (!destroyed) tbl.forming.erase(f);
+  if (destroyed)
+    throw collective_error{make_error(
+      errc::aborted, "group '" + std::string{group_name} +
+                       "' was destroyed while it formed" +
+                       (err ? " (" + detail_of(err) + ")" : std::string{}))};
+  auto i = tbl.groups.find(group_name);
+  if (err) {
+    tbl.groups.erase(i);
+    throw collective_error{err};
+  }
+  i->second = std::move(*made);
 }
 
 void destroy_collective_group(std::string_view group_name) {
   group_ptr victim;
+  bool forming = false;
   {
     auto& tbl = table_of_caller();
     std::lock_guard<std::mutex> guard{tbl.mtx};
     auto i = tbl.groups.find(group_name);
-    if (i == tbl.groups.end() || i->second == nullptr)
+    if (i == tbl.groups.end())
       throw collective_error{unknown_group(group_name)};
-    victim = std::move(i->second);
+    if (i->second == nullptr) {
+      // Still forming (init_collective_group on another thread): aborted
+      // below, its formation ends within about 100 ms and that init throws
+      // aborted.
+      auto f = tbl.forming.find(group_name);
+      if (f == tbl.forming.end())
+        throw collective_error{unknown_group(group_name)};
+      victim = std::move(f->second);
+      tbl.forming.erase(f);
+      forming = true;
+    } else {
+      victim = std::move(i->second);
+    }
     tbl.groups.erase(i);
   }
+  if (forming)
+    victim->abort("group '" + std::string{group_name} +
+                  "' was destroyed while it formed");
   // Outside the lock: the caller may free its buffers once we return, so
   // every queued operation must be over by then. Handles from get_group()
   // may outlive this call; they refuse every later operation.
