@@ -104,6 +104,28 @@ std::string text(const caf::error& err) {
   return col::render(err);
 }
 
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+
+// A member whose own handler, on hold_atom, blocks its scheduler thread (as
+// a careless user handler would) until the test lets it go, or 10 s.
+struct blocking_member {
+  std::promise<void> let_go;
+  std::shared_future<void> released = let_go.get_future().share();
+  std::atomic<bool> holding{false};
+
+  caf::actor spawn(fixture& f, col::membership m) {
+    auto behavior = [this](caf::event_based_actor*) {
+      return caf::behavior{[this](hold_atom) {
+        holding = true;
+        released.wait_for(10s);
+        holding = false;
+      }};
+    };
+    return caf::actor_cast<caf::actor>(
+      col::spawn_member(f.sys, f.driver, {std::move(m)}, behavior));
+  }
+};
+
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -255,23 +277,10 @@ TEST_CASE("8 members on 2 scheduler threads: other actors answer during a "
 
 TEST_CASE("a driver op is answered while a member's own handler blocks: "
           "the lanes answer the driver, not through the members' mailboxes") {
-  using hold_atom = caf::atom_constant<caf::atom("hold")>;
+  blocking_member held;
   fixture f{4};
-  // Member 0's own handler blocks its scheduler thread (as a careless user
-  // handler would) until the test lets it go, or 10 s.
-  std::promise<void> let_go;
-  auto released = let_go.get_future().share();
-  std::atomic<bool> holding{false};
-  auto holder = [released, &holding](caf::event_based_actor*) {
-    return caf::behavior{[released, &holding](hold_atom) {
-      holding = true;
-      released.wait_for(10s);
-      holding = false;
-    }};
-  };
   std::vector<caf::actor> xs;
-  xs.push_back(caf::actor_cast<caf::actor>(
-    col::spawn_member(f.sys, f.driver, {ms("held", 0, 2, 10000)}, holder)));
+  xs.push_back(held.spawn(f, ms("held", 0, 2, 10000)));
   // Rank 1 starts its part 500 ms late: rank 0's op waits on its lane.
   xs.push_back(f.member({ms("held", 1, 2, 10000, 500)}));
   f.actors.insert(f.actors.end(), xs.begin(), xs.end());
@@ -291,18 +300,18 @@ TEST_CASE("a driver op is answered while a member's own handler blocks: "
                [](caf::error&) {});
   REQUIRE(contains(history, "allreduce"));
   caf::anon_send(xs[0], hold_atom::value);
-  while (!holding && std::chrono::steady_clock::now() - t0 < 5s)
+  while (!held.holding && std::chrono::steady_clock::now() - t0 < 5s)
     std::this_thread::sleep_for(1ms);
-  REQUIRE(holding);
+  REQUIRE(held.holding);
   bool ok = false;
   bool answered_while_held = false;
   pending.receive(
     [&](col::op_result&) {
       ok = true;
-      answered_while_held = holding;
+      answered_while_held = held.holding;
     },
     [](caf::error& err) { FAIL(text(err)); });
-  let_go.set_value();
+  held.let_go.set_value();
   CHECK(ok);
   CHECK(answered_while_held);
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
@@ -312,33 +321,22 @@ TEST_CASE("a driver op is answered while a member's own handler blocks: "
 TEST_CASE("an input released after the driver checked its op but before "
           "its member took the start is still the op's: the op succeeds and "
           "the group stays usable") {
-  using hold_atom = caf::atom_constant<caf::atom("hold")>;
+  // Member 1's mailbox is blocked by its own handler: the driver's start
+  // for rank 1 waits there while rank 0 already runs.
+  blocking_member held;
   fixture f{4};
-  // Member 1's own handler blocks its mailbox until the test lets it go:
-  // the driver's start for rank 1 waits there while rank 0 already runs.
-  std::promise<void> let_go;
-  auto released = let_go.get_future().share();
-  std::atomic<bool> holding{false};
-  auto holder = [released, &holding](caf::event_based_actor*) {
-    return caf::behavior{[released, &holding](hold_atom) {
-      holding = true;
-      released.wait_for(10s);
-      holding = false;
-    }};
-  };
   std::vector<caf::actor> xs;
   xs.push_back(f.member({ms("taken", 0, 2, 4000)}));
-  xs.push_back(caf::actor_cast<caf::actor>(
-    col::spawn_member(f.sys, f.driver, {ms("taken", 1, 2, 4000)}, holder)));
+  xs.push_back(held.spawn(f, ms("taken", 1, 2, 4000)));
   f.actors.push_back(xs[1]);
   caf::scoped_actor self{f.sys};
   REQUIRE(!col::await_group(self, f.driver, "taken", 15s));
   auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}});
   caf::anon_send(xs[1], hold_atom::value);
   auto t0 = std::chrono::steady_clock::now();
-  while (!holding && std::chrono::steady_clock::now() - t0 < 5s)
+  while (!held.holding && std::chrono::steady_clock::now() - t0 < 5s)
     std::this_thread::sleep_for(1ms);
-  REQUIRE(holding);
+  REQUIRE(held.holding);
   auto pending = self->request(
     f.driver, 10s,
     col::op_request{"taken", col::op_kind::allreduce, refs, col::op_params{}});
@@ -357,7 +355,7 @@ TEST_CASE("an input released after the driver checked its op but before "
              [](caf::error& err) { FAIL(text(err)); });
   REQUIRE(released_ok);
   REQUIRE(!f.store->contains(refs[1]));
-  let_go.set_value();
+  held.let_go.set_value();
   bool ok = false;
   pending.receive([&](col::op_result&) { ok = true; },
                   [](caf::error& err) { FAIL(text(err)); });
