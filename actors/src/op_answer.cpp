@@ -18,6 +18,7 @@ op_answer::op_answer(object_store_ptr store, caf::actor_addr owner)
 
 void op_answer::address_to(const caf::response_promise& rp) {
   requester_ = rp.source();
+  requester_addr_ = caf::actor_cast<caf::actor_addr>(requester_);
   stages_ = rp.stages();
   id_ = rp.id();
 }
@@ -58,9 +59,7 @@ bool op_answer::fail(caf::error err, caf::execution_unit* ctx) {
 
 bool op_answer::answers_other_than(const caf::actor_addr& a,
                                    const caf::actor_addr& b) const {
-  if (!requester_) return false;
-  auto who = requester_->get()->address();
-  return who != a && who != b;
+  return requester_addr_ && requester_addr_ != a && requester_addr_ != b;
 }
 
 bool op_answer::withdraw() {

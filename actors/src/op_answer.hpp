@@ -87,6 +87,9 @@ class op_answer {
   object_store_ptr store_;
   caf::actor_addr owner_;
   caf::strong_actor_ptr requester_;
+  /// The requester's address, kept apart from `requester_`, which the
+  /// answer's sender resets on whatever thread the op finished on.
+  caf::actor_addr requester_addr_;
   std::vector<caf::strong_actor_ptr> stages_;
   caf::message_id id_;
 };
