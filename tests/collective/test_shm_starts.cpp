@@ -717,7 +717,6 @@ TEST_CASE("shm: a reader that throws while it reads leaves no mark that "
       col::op_call{1, 30s}, col::view_of(data[0]), col::view_of(data[0]), {});
   }};
   rank1.join();
-  shm::reading_test_hook = nullptr;
   REQUIRE(rank1_threw);
   // The abort must return: on a hang the test gives up after 20 s.
   auto aborted = std::make_shared<std::promise<void>>();
@@ -733,6 +732,8 @@ TEST_CASE("shm: a reader that throws while it reads leaves no mark that "
     std::_Exit(1);
   }
   rank0.join();
+  // Only now: rank 0's thread reads the hook at its reading marks.
+  shm::reading_test_hook = nullptr;
   CHECK(col::code_of(rank0_err) == col::errc::aborted);
 }
 
