@@ -158,8 +158,10 @@ void forget_answered(member_group& g) {
 // Lets go of a group without blocking the calling scheduler thread: a
 // healthy group's teardown meets its peers (up to 5 s on Gloo), so it runs
 // on the group's own lane; a group with ops in flight is aborted first.
-// The member is terminating: its ops in flight are answered by nobody (the
-// requester learns of the end from the member's down message).
+// The member is terminating: the driver's and its own ops in flight are
+// answered by nobody (the driver learns of the end from the member's down
+// message); another actor that asked through member_api gets aborted
+// (inflight::end_with_member).
 void let_go(const std::string& name, member_group& g,
             const caf::actor_addr& self, const caf::actor_addr& driver) {
   bool in_flight = false;

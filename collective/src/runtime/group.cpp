@@ -57,8 +57,6 @@ void retire(std::mutex& mtx, std::shared_ptr<backend>& slot, bool broken) {
   if (victim && broken) victim->abort("destroying a broken group");
 }
 
-// What an op whose backend threw reports: the exception goes no further
-// (on a lane it would end the process).
 } // namespace
 
 group::~group() {
@@ -505,6 +503,7 @@ op_call group::call_of(uint64_t seq, milliseconds timeout) const noexcept {
   return call;
 }
 
+// The exception goes no further: on a lane it would end the process.
 caf::error group::backend_threw(op_kind op, uint64_t seq,
                                 const std::exception& e) {
   auto where = context(op, static_cast<int64_t>(seq));
