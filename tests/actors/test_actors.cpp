@@ -104,6 +104,10 @@ std::string text(const caf::error& err) {
   return col::render(err);
 }
 
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 using hold_atom = caf::atom_constant<caf::atom("hold")>;
 
 // A member whose own handler, on hold_atom, blocks its scheduler thread (as
@@ -124,10 +128,28 @@ struct blocking_member {
     return caf::actor_cast<caf::actor>(
       col::spawn_member(f.sys, f.driver, {std::move(m)}, behavior));
   }
+
+  /// Blocks `x`'s handler; whether it holds within 5 s.
+  bool hold(const caf::actor& x) {
+    caf::anon_send(x, hold_atom::value);
+    auto t0 = std::chrono::steady_clock::now();
+    while (!holding && std::chrono::steady_clock::now() - t0 < 5s)
+      std::this_thread::sleep_for(1ms);
+    return holding;
+  }
 };
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
+// Whether `member`'s lane lists an op `op` of `group` within 5 s: the
+// driver started it, and the member launched its part.
+bool lists_op(caf::scoped_actor& self, const caf::actor& member,
+              const std::string& group, const std::string& op) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string history;
+  while (!contains(history, op) && std::chrono::steady_clock::now() - t0 < 5s)
+    self->request(member, 2s, col::history_atom::value, group)
+      .receive([&](std::string& h) { history = std::move(h); },
+               [](caf::error&) {});
+  return contains(history, op);
 }
 
 } // namespace
@@ -291,18 +313,8 @@ TEST_CASE("a driver op is answered while a member's own handler blocks: "
   auto pending = self->request(
     f.driver, 10s,
     col::op_request{"held", col::op_kind::allreduce, refs, col::op_params{}});
-  // Member 0 has launched its part once its lane lists the op.
-  std::string history;
-  while (!contains(history, "allreduce") &&
-         std::chrono::steady_clock::now() - t0 < 5s)
-    self->request(xs[0], 2s, col::history_atom::value, std::string{"held"})
-      .receive([&](std::string& h) { history = std::move(h); },
-               [](caf::error&) {});
-  REQUIRE(contains(history, "allreduce"));
-  caf::anon_send(xs[0], hold_atom::value);
-  while (!held.holding && std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(1ms);
-  REQUIRE(held.holding);
+  REQUIRE(lists_op(self, xs[0], "held", "allreduce"));
+  REQUIRE(held.hold(xs[0]));
   bool ok = false;
   bool answered_while_held = false;
   pending.receive(
@@ -332,22 +344,12 @@ TEST_CASE("an input released after the driver checked its op but before "
   caf::scoped_actor self{f.sys};
   REQUIRE(!col::await_group(self, f.driver, "taken", 15s));
   auto refs = col::demo::put_all(*f.store, {{1, 2}, {3, 4}});
-  caf::anon_send(xs[1], hold_atom::value);
-  auto t0 = std::chrono::steady_clock::now();
-  while (!held.holding && std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(1ms);
-  REQUIRE(held.holding);
+  REQUIRE(held.hold(xs[1]));
   auto pending = self->request(
     f.driver, 10s,
     col::op_request{"taken", col::op_kind::allreduce, refs, col::op_params{}});
   // The driver checked and started the op once rank 0's lane lists it.
-  std::string history;
-  while (!contains(history, "allreduce") &&
-         std::chrono::steady_clock::now() - t0 < 5s)
-    self->request(xs[0], 2s, col::history_atom::value, std::string{"taken"})
-      .receive([&](std::string& h) { history = std::move(h); },
-               [](caf::error&) {});
-  REQUIRE(contains(history, "allreduce"));
+  REQUIRE(lists_op(self, xs[0], "taken", "allreduce"));
   // The client lets go of rank 1's input before member 1 took its start.
   bool released_ok = false;
   self->request(f.driver, 2s, col::release_atom::value, refs[1])

@@ -71,13 +71,17 @@ bool timed_out(const caf::error& err) {
   return is_collective_error(err) && code_of(err) == errc::timeout;
 }
 
+// "rank 2" or "ranks [2, 5]".
+std::string ranks_named(const std::vector<int>& ranks) {
+  return ranks.size() == 1 ? "rank " + std::to_string(ranks.front())
+                           : "ranks " + list_ranks(ranks);
+}
+
 caf::error never_joined(const formation_seat& seat,
                         const std::vector<int>& missing,
                         const caf::error& last_wait) {
-  auto who = missing.size() == 1 ? "rank " + std::to_string(missing.front())
-                                 : "ranks " + list_ranks(missing);
   return make_error(errc::timeout, where_of(seat),
-                    "forming the group failed: " + who +
+                    "forming the group failed: " + ranks_named(missing) +
                       " never joined within " +
                       std::to_string(seat.timeout.count()) +
                       " ms (not started, crashed, or forming another "
@@ -99,14 +103,27 @@ const std::string other_shape_marker = "other-shape ";
 // A join's value from a rank that refused the group on its own: why.
 const std::string own_refusal_marker = "refused ";
 
-// "W B": what the ranks of a formation must agree on.
-std::string shape_of(const formation_seat& seat) {
-  return std::to_string(seat.world_size) + " " + seat.backend;
+/// What the ranks of a formation must agree on: the world size and the
+/// backend each rank was given.
+struct group_shape {
+  int world_size = 0; // 0 when refused, missing or unreadable
+  std::string backend;
+
+  bool operator==(const group_shape&) const = default;
+
+  /// "W B", as parse_shape reads it.
+  std::string text() const {
+    return std::to_string(world_size) + " " + backend;
+  }
+};
+
+group_shape shape_of(const formation_seat& seat) {
+  return {seat.world_size, seat.backend};
 }
 
 std::string current_value(const std::string& formation,
                           const formation_seat& seat) {
-  return formation + " " + shape_of(seat);
+  return formation + " " + shape_of(seat).text();
 }
 
 std::string refused_value(const std::string& formation,
@@ -118,18 +135,6 @@ std::string refused_value(const std::string& formation,
 std::string gave_up_value(const std::string& formation,
                           const std::string& why) {
   return formation + " ?" + why;
-}
-
-/// A world size and a backend, as a rank was given them.
-struct group_shape {
-  int world_size = 0; // 0 when refused, missing or unreadable
-  std::string backend;
-
-  bool operator==(const group_shape&) const = default;
-};
-
-group_shape shape_of_rank(const formation_seat& seat) {
-  return {seat.world_size, seat.backend};
 }
 
 // "W B" (or "W" alone).
@@ -255,7 +260,7 @@ caf::expected<std::string> lead(rendezvous_store& store,
           // Every rank waiting to be admitted learns why it never will be.
           auto why = shapes_differ(
             waiting[i], parse_shape(text.substr(other_shape_marker.size())),
-            shape_of_rank(seat));
+            shape_of(seat));
           (void)store.set(current_key(seat),
                           bytes_of(refused_value(formation, why)));
           return refused(seat, why);
@@ -278,14 +283,11 @@ caf::expected<std::string> lead(rendezvous_store& store,
     if (!still_waiting.empty() && clock_type::now() >= seat.deadline) {
       // The ranks that joined learn at once that nobody admits them any
       // more, and a rank that comes later reads why.
-      auto who = still_waiting.size() == 1
-                   ? "rank " + std::to_string(still_waiting.front())
-                   : "ranks " + list_ranks(still_waiting);
       (void)store.set_within(
         current_key(seat),
-        bytes_of(gave_up_value(formation,
-                               who + " never joined within " +
-                                 std::to_string(seat.timeout.count()) + " ms")),
+        bytes_of(gave_up_value(
+          formation, ranks_named(still_waiting) + " never joined within " +
+                       std::to_string(seat.timeout.count()) + " ms")),
         std::clamp(seat.timeout, milliseconds{1}, milliseconds{1000}));
       return never_joined(
         seat, still_waiting,
@@ -366,8 +368,8 @@ caf::expected<std::string> follow(rendezvous_store& store,
     // refusal rather than failing at once: the name it read may be of an
     // earlier formation of another shape, and rank 0's current one may
     // still come.
-    bool differs = seen.shape != shape_of_rank(seat);
-    auto joined = differs ? other_shape_marker + shape_of(seat) : token;
+    bool differs = seen.shape != shape_of(seat);
+    auto joined = differs ? other_shape_marker + shape_of(seat).text() : token;
     if (joined_live)
       if (auto err =
             store.set_within(join_key(seen.name, seat.rank), bytes_of(joined),
@@ -386,8 +388,8 @@ caf::expected<std::string> follow(rendezvous_store& store,
         // before this rank came (a peer given another size): quote it.
         if (!seen.refusal.empty()) return refusal_of(seat, seen, true);
         if (differs)
-          return refused(
-            seat, shapes_differ(seat.rank, shape_of_rank(seat), seen.shape));
+          return refused(seat,
+                         shapes_differ(seat.rank, shape_of(seat), seen.shape));
         return not_admitted(store, seat, seen.name, admitted.error());
       }
       slice = std::min(2 * slice, milliseconds{100});

@@ -177,10 +177,8 @@ bool is_srun_step_id(const std::string& id) {
 // task of an srun step. The batch step sets SLURM_PROCID=0 and, with
 // --ntasks, the job's SLURM_NTASKS: read as srun's, they made a program run
 // directly in an sbatch script wait as rank 0 of N for peers nobody starts.
-// srun gives every task of a step its step number; Slurm's special steps
-// (the batch script's, the interactive shell's) have numbers from
-// 0xfffffff0 up, printed as negative numbers by newer versions, or none at
-// all (the batch step before Slurm 26.05). Without any step number, srun's
+// srun gives every task of a step its step number (is_srun_step_id); the
+// batch step has none before Slurm 26.05. Without any step number, srun's
 // SLURM_STEP_NUM_TASKS still marks a task.
 bool slurm_batch_step(const env_lookup& env) {
   if (env("SLURM_JOB_ID") == nullptr) return false;

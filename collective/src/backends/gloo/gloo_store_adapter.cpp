@@ -30,22 +30,13 @@ gloo_store_adapter::time_left(std::chrono::milliseconds limit) const {
   return std::clamp(left, std::chrono::milliseconds{0}, limit);
 }
 
-namespace {
-
-// The rank a key of only digits names, or -1.
-int rank_named(const std::string& key) {
+int gloo_store_adapter::peer_of(const std::string& key) const {
   if (key.empty() || key.size() > 9 ||
       !std::all_of(key.begin(), key.end(),
                    [](unsigned char c) { return std::isdigit(c); }))
     return -1;
-  return std::stoi(key);
-}
-
-} // namespace
-
-int gloo_store_adapter::peer_of(const std::string& key) const {
-  auto peer = rank_named(key);
-  return peer >= 0 && peer != rank_ && peer < world_size_ ? peer : -1;
+  auto peer = std::stoi(key);
+  return peer != rank_ && peer < world_size_ ? peer : -1;
 }
 
 bool gloo_store_adapter::names_peer_host(const std::string& key) const {
@@ -55,9 +46,7 @@ bool gloo_store_adapter::names_peer_host(const std::string& key) const {
   // check that lets rank 0 tell the ranks that came from those that did
   // not.
   constexpr std::string_view prefix = "rank_";
-  if (!key.starts_with(prefix)) return false;
-  auto peer = rank_named(key.substr(prefix.size()));
-  return peer >= 0 && peer != rank_ && peer < world_size_;
+  return key.starts_with(prefix) && peer_of(key.substr(prefix.size())) >= 0;
 }
 
 void gloo_store_adapter::fail(caf::error err) {
