@@ -35,6 +35,11 @@ using reg_atom = caf::atom_constant<caf::atom("col_reg")>;
 /// As a request it is answered with an empty message once the member sent
 /// its registration.
 using join_atom = caf::atom_constant<caf::atom("col_join")>;
+/// driver -> member: (grace, grace ms), on each registration it accepts: how
+/// much longer than a group's timeout the driver waits for a formation. A
+/// member's own op queued before init waits that much longer too, so that
+/// the driver's error, naming the missing ranks, reaches it first.
+using grace_atom = caf::atom_constant<caf::atom("col_grace")>;
 /// driver -> member: (init, group, gen, store_actor, key prefix, timeout ms).
 using init_atom = caf::atom_constant<caf::atom("col_init")>;
 /// member -> driver: (ready, group, gen, rank, error, backend); error none =

@@ -147,6 +147,8 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
   }
   g.members[m.rank] = member;
   g.nodes[m.rank] = std::move(node);
+  self->send(member, grace_atom::value,
+             static_cast<int64_t>(self->state.grace.count()));
   if (self->state.monitored.insert(member.address()).second)
     self->monitor(member);
   for (auto& x : g.members)

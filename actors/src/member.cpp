@@ -3,6 +3,7 @@
 // messages to this actor (work::on_complete -> anon_send).
 #include "caf_collective/member.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -39,9 +40,9 @@ using job_done_atom = caf::atom_constant<caf::atom("col_jdone")>;
 // whether it still waits for it.
 using form_wait_atom = caf::atom_constant<caf::atom("col_fwait")>;
 
-// How much longer than the group's timeout a member-initiated op waits for
-// its group's init: the driver's formation deadline, which names the
-// missing ranks, normally ends the wait first.
+// How much longer than the group's timeout and the driver's grace a
+// member-initiated op waits for its group's init: the driver's formation
+// deadline, which names the missing ranks, normally ends the wait first.
 constexpr milliseconds init_wait_margin{1000};
 
 using detail::op_answer;
@@ -191,6 +192,9 @@ struct member_state {
   // per membership, so a timer of an op of an earlier membership of the
   // same group (form_wait_atom) never matches an op of a later one.
   uint64_t own_keys = 0;
+  /// The driver's grace (grace_atom): its formation deadline comes this
+  /// long after the group's timeout. 0 until the driver said.
+  milliseconds driver_grace{0};
 
   ~member_state() {
     // (Emptied by the member's exit already; the member's own requests
@@ -479,8 +483,9 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   // driver whose node was lost never sends init nor the formation's abort.
   auto bound_init_wait = [=](member_group& g, uint64_t key) {
     if (g.grp) return;
-    self->delayed_send(self, milliseconds{g.m.timeout_ms} + init_wait_margin,
-                       form_wait_atom::value, g.m.group, key);
+    auto wait = milliseconds{g.m.timeout_ms} + init_wait_margin;
+    self->delayed_send(self, wait, form_wait_atom::value, g.m.group, key,
+                       static_cast<int64_t>(wait.count()));
   };
   // Member-initiated ops: refused with an error, or queued on their group.
   auto start_own = std::make_shared<detail::own_op_starter>();
@@ -659,24 +664,38 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
     [=](submit_atom, const std::string& name, uint64_t seq) {
       launch(name, seq);
     },
-    [=](form_wait_atom, const std::string& name, uint64_t key) {
+    [=](grace_atom, int64_t grace_ms) {
+      if (self->current_sender() != st->driver.address()) return;
+      st->driver_grace =
+        milliseconds{std::clamp<int64_t>(grace_ms, 0, max_timeout_ms)};
+    },
+    [=](form_wait_atom, const std::string& name, uint64_t key,
+        int64_t waited_ms) {
       auto i = st->groups.find(name);
       if (i == st->groups.end() || i->second.grp) return;
       auto& g = i->second;
       auto j = g.ops.find(key);
       if (j == g.ops.end() || j->second.launched) return;
+      // The op was queued before the driver's grace was known (its handler
+      // registered and started it at once): wait out the rest.
+      auto due =
+        g.m.timeout_ms + st->driver_grace.count() + init_wait_margin.count();
+      if (waited_ms < due) {
+        self->delayed_send(self, milliseconds{due - waited_ms},
+                           form_wait_atom::value, name, key, due);
+        return;
+      }
       auto op = j->second.job ? std::string{"object op"}
                               : std::string{to_string(j->second.plan.op)};
       auto where = context_of(g, j->second.plan.op);
       if (j->second.job) where.op = -1; // an object op: no one op kind
-      j->second.fail(
-        make_error(errc::timeout, where,
-                   "member-initiated " + op + " waited " +
-                     std::to_string(g.m.timeout_ms + init_wait_margin.count()) +
-                     " ms for the group to form, but the "
-                     "driver never started its formation (is "
-                     "the driver, or its node, gone?)"),
-        self->context());
+      j->second.fail(make_error(errc::timeout, where,
+                                "member-initiated " + op + " waited " +
+                                  std::to_string(waited_ms) +
+                                  " ms for the group to form, but the "
+                                  "driver never started its formation (is "
+                                  "the driver, or its node, gone?)"),
+                     self->context());
       g.ops.erase(j);
     },
     [=](abort_atom, const std::string& name, uint64_t gen, caf::error& why) {

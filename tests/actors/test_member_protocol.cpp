@@ -263,8 +263,10 @@ TEST_CASE("member path: the mixed-mode rule, driver side: the driver refuses "
   });
   f.spawned.push_back(stand_in);
   f.run();
-  REQUIRE(member_log.size() == 1);
-  CHECK(contains(member_log.front(), "col_init"));
+  // The driver's grace on the registration, then init.
+  REQUIRE(member_log.size() == 2);
+  CHECK(contains(member_log.front(), "col_grace"));
+  CHECK(contains(member_log.back(), "col_init"));
   caf::error refused;
   auto client = f.sys.spawn(
     [&, d = col::typed_driver(driver)](caf::event_based_actor* self) {
@@ -276,7 +278,7 @@ TEST_CASE("member path: the mixed-mode rule, driver side: the driver refuses "
   f.run();
   CHECK(col::code_of(refused) == col::errc::unsupported);
   CHECK(contains(col::render(refused), "ops_from = members"));
-  CHECK(member_log.size() == 1); // nothing but init reached the member
+  CHECK(member_log.size() == 2); // nothing but grace and init reached it
 }
 
 TEST_CASE("member path: an op queued before init fails when the driver's "
@@ -299,6 +301,29 @@ TEST_CASE("member path: an op queued before init fails when the driver's "
   f.go(m, "half", {1});
   CHECK(out->answers == 2);
   CHECK(contains(col::render(out->err), "ranks [1] never registered"));
+}
+
+TEST_CASE("member path: an op queued before init waits out the driver's "
+          "grace however long it is - the driver's error naming the missing "
+          "rank comes first") {
+  // Before: the member gave up at the group's timeout plus a fixed 1 s and
+  // said the driver never started the formation, while a driver with a
+  // longer grace was still waiting for rank 1.
+  fixture f;
+  col::driver_config dc;
+  dc.grace = 3s;
+  auto driver = col::spawn_driver(f.sys, dc);
+  f.spawned.push_back(driver);
+  auto out = std::make_shared<own_result>();
+  auto m = f.member("long-grace", col::op_source::members, out, driver);
+  f.go(m, "long-grace", {1, 2});
+  f.advance(5s + 2999ms);
+  CHECK(out->answers == 0);
+  f.advance(1ms); // the driver's formation deadline
+  REQUIRE(out->answers == 1);
+  CHECK(col::code_of(out->err) == col::errc::timeout);
+  CHECK(contains(col::render(out->err), "ranks [1] never registered"));
+  CHECK_FALSE(contains(col::render(out->err), "never started"));
 }
 
 TEST_CASE("member path: an op waiting for an init that never comes fails "
