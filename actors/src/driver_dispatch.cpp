@@ -127,8 +127,10 @@ void checked(driver_ptr self, group_entry& g,
     for (size_t r = 0; r < head.req.refs.size(); ++r)
       if (checked_by_member(self->state, g, head, r))
         self->send(g.members[r], unhold_atom::value, g.name, g.gen, g.next_seq);
-    auto code =
-      is_collective_error(bad.first) ? code_of(bad.first) : errc::peer_lost;
+    // A member that did not answer its check in time is busy, not lost.
+    auto code = is_collective_error(bad.first)           ? code_of(bad.first)
+                : bad.first == caf::sec::request_timeout ? errc::timeout
+                                                         : errc::peer_lost;
     head.rp.deliver(group_error(code, g, head.req.op, -1, -1,
                                 "refused before any data moved: ranks " +
                                   list_ranks(bad.ranks) + bad.details));

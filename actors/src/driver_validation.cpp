@@ -5,12 +5,14 @@
 #include "driver_validation.hpp"
 
 #include <algorithm>
-#include <numeric>
+#include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "caf_collective/error.hpp"
 
 #include "layouts.hpp"
+#include "op_plan.hpp"
 
 namespace caf_collective::detail {
 
@@ -56,6 +58,27 @@ caf::error check_fields(const group_entry& g, const op_request& req) {
                std::to_string(odd[0]) + ": dtype " +
                std::to_string(static_cast<int>(req.refs[odd[0]].type)) + ")");
   return {};
+}
+
+// The ranks of the first object that more than one rank names (they
+// share its node and id), in rank order; empty when each names its own.
+std::vector<int> ranks_sharing_an_object(const op_request& req) {
+  for (size_t r = 0; r < req.refs.size(); ++r) {
+    const auto& ref = req.refs[r];
+    if (!ref.valid()) continue;
+    std::vector<int> sharing{static_cast<int>(r)};
+    for (size_t q = r + 1; q < req.refs.size(); ++q)
+      if (req.refs[q].id == ref.id && req.refs[q].node == ref.node)
+        sharing.push_back(static_cast<int>(q));
+    if (sharing.size() > 1) return sharing;
+  }
+  return {};
+}
+
+// a + b, or nothing where the sum does not fit in 64 bits.
+std::optional<uint64_t> add_counts(uint64_t a, uint64_t b) {
+  if (b > UINT64_MAX - a) return std::nullopt;
+  return a + b;
 }
 
 } // namespace
@@ -195,13 +218,14 @@ caf::error validate(const group_entry& g, pending_op& op) {
   if (req.op == op_kind::scatter || p2p) {
     needs.assign(W, false);
     needs[p.root] = true;
-    // What the client named for the ranks that read no input (off a
-    // scatter's root, a send's receiver) is ignored, as MPI ignores those
-    // buffers: passed on, a ref of another dtype or size failed that rank's
-    // own check alone, and its peers waited for it until the deadline.
-    for (size_t r = 0; r < W; ++r)
-      if (!needs[r]) req.refs[r] = object_ref{};
   }
+  // What the client named for the ranks that read no input (a barrier's,
+  // off a scatter's root, a send's receiver) is ignored, as MPI ignores
+  // those buffers: passed on, a ref of another dtype or size failed that
+  // rank's own check alone, and its peers waited for it until the deadline;
+  // a released one refused a barrier.
+  for (size_t r = 0; r < W; ++r)
+    if (!needs[r]) req.refs[r] = object_ref{};
   std::vector<int> missing, foreign;
   for (size_t r = 0; r < W; ++r) {
     const auto& ref = req.refs[r];
@@ -218,6 +242,15 @@ caf::error validate(const group_entry& g, pending_op& op) {
     return bad(errc::unknown_object,
                "the refs of ranks " + list_ranks(foreign) +
                  " live on another node than their member");
+  if (auto shared = ranks_sharing_an_object(req);
+      !shared.empty() && in_place(req.op))
+    return bad(errc::invalid_argument,
+               "ranks " + list_ranks(shared) + " name the same object (" +
+                 to_string(req.refs[shared[0]]) + "); " +
+                 std::string{to_string(req.op)} +
+                 " writes each rank's object in place, so two ranks on one "
+                 "object would read and write it at once: give each rank an "
+                 "object of its own");
   // The reference rank whose fingerprint the others must match.
   size_t ref_rank = needs[0] || req.op == op_kind::barrier ? 0 : p.root;
   const auto& first = req.refs[ref_rank];
@@ -313,11 +346,16 @@ caf::error validate(const group_entry& g, pending_op& op) {
       if (!wrong.empty())
         return bad(errc::mismatch, "the refs of ranks " + list_ranks(wrong) +
                                      " do not hold counts[rank] elements");
-      auto total =
-        std::accumulate(p.counts.begin(), p.counts.end(), uint64_t{0});
+      std::optional<uint64_t> total = 0;
+      for (auto c : p.counts)
+        if (total) total = add_counts(*total, c);
+      if (!total || *total > uint64_t{INT64_MAX})
+        return bad(errc::invalid_argument,
+                   "the counts add up to more than an output can hold "
+                   "(2^63 - 1 elements)");
       for (auto& s : op.starts) {
         s.has_out = true;
-        s.out_shape = {static_cast<int64_t>(total)};
+        s.out_shape = {static_cast<int64_t>(*total)};
       }
       break;
     }
@@ -329,14 +367,20 @@ caf::error validate(const group_entry& g, pending_op& op) {
                      std::to_string(W * W));
       std::vector<int> wrong;
       for (size_t r = 0; r < W; ++r) {
-        uint64_t row = 0, col = 0;
+        std::optional<uint64_t> row = 0, col = 0;
         for (size_t j = 0; j < W; ++j) {
-          row += p.counts[r * W + j];
-          col += p.counts[j * W + r];
+          if (row) row = add_counts(*row, p.counts[r * W + j]);
+          if (col) col = add_counts(*col, p.counts[j * W + r]);
         }
-        if (req.refs[r].numel() != row) wrong.push_back(static_cast<int>(r));
+        if (!row || !col || *col > uint64_t{INT64_MAX})
+          return bad(errc::invalid_argument,
+                     "the counts of rank " + std::to_string(r) +
+                       " (its row, what it sends, or its column, what it "
+                       "receives) add up to more than an object can hold "
+                       "(2^63 - 1 elements)");
+        if (req.refs[r].numel() != *row) wrong.push_back(static_cast<int>(r));
         op.starts[r].has_out = true;
-        op.starts[r].out_shape = {static_cast<int64_t>(col)};
+        op.starts[r].out_shape = {static_cast<int64_t>(*col)};
       }
       if (!wrong.empty())
         return bad(errc::mismatch,

@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct script {
   std::map<std::pair<std::string, uint64_t>, col::start_msg> started;
   std::map<std::pair<std::string, uint64_t>, caf::response_promise> unfinished;
   std::map<uint64_t, caf::error> check_errors; // by object id
+  // Objects whose check the member never answers (a busy member), and the
+  // promises it keeps for them.
+  std::set<uint64_t> unanswered_checks;
+  std::vector<caf::response_promise> kept_checks;
 
   col::start_msg& start(uint64_t seq, const std::string& group = "g") {
     return started.at({group, seq});
@@ -79,9 +84,17 @@ caf::behavior scripted_member(caf::event_based_actor* self, script_ptr sc,
         const col::object_ref& ref) -> caf::result<caf::ok_atom> {
       sc->log.push_back("check " + group + " object " + std::to_string(ref.id) +
                         " as seq " + std::to_string(seq));
+      if (sc->unanswered_checks.count(ref.id) > 0) {
+        sc->kept_checks.push_back(self->make_response_promise());
+        return caf::delegated<caf::ok_atom>{};
+      }
       auto i = sc->check_errors.find(ref.id);
       if (i != sc->check_errors.end()) return i->second;
       return caf::ok_atom::value;
+    },
+    [=](col::grace_atom, int64_t) {
+      // How long the driver waits past a formation deadline: the members
+      // here never wait for an init themselves.
     },
     [=](col::unhold_atom, const std::string& group, uint64_t, uint64_t seq) {
       sc->log.push_back("unhold " + group + " seq " + std::to_string(seq));
@@ -358,12 +371,14 @@ TEST_CASE("registration: init goes to every rank only once all registered - "
   CHECK(s0->log.empty());
   CHECK(f.status("g").state == "forming");
   auto m1 = f.member(s1, fixture::ms(1, 2));
-  // m1 starts and sends its registration; the driver takes it and sends
-  // init to rank 0, then rank 1.
+  // m1 starts and sends its registration; the driver takes it, tells m1
+  // its grace and sends init to both ranks. m1, scheduled by the grace,
+  // runs first and stays at the head while its mailbox holds more.
   f.step_expect(m1, "");
   f.step_expect(f.driver, "col_reg");
-  f.step_expect(m0, "col_init");
+  f.step_expect(m1, "col_grace");
   f.step_expect(m1, "col_init");
+  f.step_expect(m0, "col_init");
   CHECK(s0->gen != 0);
   CHECK(s0->gen == s1->gen);
   REQUIRE(s0->log.size() == 1);
@@ -1442,6 +1457,106 @@ TEST_CASE("send/recv: only the sender's ref is checked - the bystanders' and "
   CHECK(has_line(*scripts[0], "start g seq 0 send"));
   CHECK(has_line(*scripts[2], "start g seq 0 send"));
   CHECK(sent->answers == 0);
+}
+
+TEST_CASE("an in-place op naming one object for two ranks is refused "
+          "before any check - each rank needs its own object") {
+  // Before: accepted; two Gloo lanes reduced into one buffer at once and
+  // the sums came out wrong (helper-55: 174764 of 262144 elements).
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(3, actors);
+  for (auto op : {col::op_kind::allreduce, col::op_kind::broadcast,
+                  col::op_kind::reduce}) {
+    CAPTURE(col::to_string(op));
+    auto refused = f.ask_op({"g", op, {f.ref(1), f.ref(2), f.ref(1)}, {}});
+    f.run();
+    REQUIRE(refused->answers == 1);
+    CHECK(col::code_of(refused->err) == col::errc::invalid_argument);
+    auto text = col::render(refused->err);
+    CHECK(contains(text, "ranks [0, 2] name the same object"));
+    CHECK(contains(text, "obj#1"));
+  }
+  for (auto& sc : scripts)
+    CHECK(!has_line(*sc, "check"));
+  // Reading one object from two ranks is fine where each writes an output
+  // of its own; the refusals took no number.
+  auto gathered = f.ask_op(
+    {"g", col::op_kind::allgather, {f.ref(1), f.ref(2), f.ref(1)}, {}});
+  f.run();
+  CHECK(has_line(*scripts[2], "start g seq 0 allgather"));
+  CHECK(gathered->answers == 0);
+}
+
+TEST_CASE("a barrier ignores the refs a client names - a released one does "
+          "not refuse it") {
+  // Before: the refs were checked, and a stale one refused the barrier
+  // with unknown_object although a barrier reads no object.
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  scripts[1]->check_errors[5] =
+    col::make_error(col::errc::unknown_object, "no object 5");
+  auto op = f.ask_op({"g", col::op_kind::barrier, {f.ref(4), f.ref(5)}, {}});
+  f.run();
+  CHECK(!has_line(*scripts[1], "check"));
+  CHECK(has_line(*scripts[0], "start g seq 0 barrier"));
+  CHECK(has_line(*scripts[1], "start g seq 0 barrier"));
+  CHECK(!scripts[1]->start(0).in.valid());
+  CHECK(op->answers == 0);
+}
+
+TEST_CASE("counts of allgatherv and alltoallv that add up beyond 64 bits are "
+          "refused before a sequence number - the group stays usable") {
+  // Before: the sums wrapped around, the driver numbered the op and every
+  // member failed it, which broke the group.
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  constexpr uint64_t half = uint64_t{1} << 63;
+  col::op_params v;
+  v.counts = {half, half + 1, half, half + 1};
+  auto a2a =
+    f.ask_op({"g", col::op_kind::alltoallv, {f.ref(1, {4}), f.ref(2, {4})}, v});
+  col::op_params g;
+  constexpr int64_t quarter = int64_t{1} << 62;
+  g.counts = {uint64_t{quarter}, uint64_t{quarter}}; // 2^63: above int64
+  auto agv = f.ask_op({"g",
+                       col::op_kind::allgatherv,
+                       {f.ref(3, {quarter}), f.ref(4, {quarter})},
+                       g});
+  f.run();
+  for (auto& refused : {a2a, agv}) {
+    REQUIRE(refused->answers == 1);
+    CHECK(col::code_of(refused->err) == col::errc::invalid_argument);
+    CHECK(contains(col::render(refused->err), "add up to more than"));
+  }
+  CHECK(contains(col::render(a2a->err), "counts of rank 0"));
+  for (auto& sc : scripts)
+    CHECK(!has_line(*sc, "start"));
+  auto next = f.ask_op({"g", col::op_kind::barrier, {}, {}});
+  f.run();
+  CHECK(has_line(*scripts[0], "start g seq 0 barrier"));
+  CHECK(f.status("g").state == "ready");
+}
+
+TEST_CASE("a member that does not answer the driver's check in time gets "
+          "the op refused with timeout - not peer_lost") {
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors);
+  scripts[1]->unanswered_checks.insert(2);
+  auto refused =
+    f.ask_op({"g", col::op_kind::allreduce, {f.ref(1), f.ref(2)}, {}});
+  f.run();
+  CHECK(has_line(*scripts[1], "check g object 2"));
+  CHECK(refused->answers == 0);
+  f.advance(std::chrono::milliseconds{group_timeout_ms});
+  REQUIRE(refused->answers == 1);
+  CHECK(col::code_of(refused->err) == col::errc::timeout);
+  CHECK(contains(col::render(refused->err),
+                 "refused before any data moved: ranks [1]"));
+  CHECK(!has_line(*scripts[0], "start"));
 }
 
 TEST_CASE("backend: a group declared with auto takes the backend its ranks "
