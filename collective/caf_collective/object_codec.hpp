@@ -87,10 +87,12 @@ class forwarding_processor : public Base {
   Inner inner_;
 };
 
-/// CAF's binary deserializer with one more check: a sequence may not claim
-/// far more elements than bytes remain. CAF resizes byte vectors to the
-/// claimed size before reading them, so a corrupted length would otherwise
-/// allocate and zero up to 4 GiB before failing.
+/// CAF's binary deserializer with one more check: the sequences of an
+/// object may not claim far more elements than it has bytes, each on its
+/// own nor all together. CAF resizes containers to the claimed size before
+/// reading them, so a corrupted length would otherwise allocate and zero up
+/// to 4 GiB before failing, and nested sequences (a vector of vector<bool>,
+/// a few bytes each claiming thousands of bits) multiplied that.
 class bounded_deserializer final
   : public forwarding_processor<caf::deserializer, caf::binary_deserializer> {
  public:
@@ -99,7 +101,32 @@ class bounded_deserializer final
   size_t remaining() const noexcept { return inner_.remaining(); }
 
   caf::error begin_sequence(size_t& size) override;
+
+ private:
+  size_t claimable_; // elements all sequences together may still claim
 };
+
+/// Every encoded object starts with this many bytes naming the process
+/// that wrote it (process_token), so that a reader knows whether actor
+/// handles in it can be its own.
+inline constexpr size_t writer_token_size = sizeof(uint64_t);
+
+/// Names this process among the processes that exchange objects: random
+/// per program run, mixed with the pid so that a forked child differs from
+/// its parent.
+uint64_t process_token() noexcept;
+
+/// Why an object from another process could not be read, when CAF failed
+/// for want of a context (an actor handle needs the reader's own registry
+/// or a proxy of the middleman's): the actor handle rule, else `err`'s
+/// description.
+std::string describe_foreign_failure(const std::string& type,
+                                     const caf::error& err);
+
+/// Fails when a caf::message read from another process holds an actor
+/// handle at its top level: without a middleman every process names its
+/// actors alike, so the handle would denote an unrelated actor here.
+caf::error check_no_foreign_handles(const caf::message& msg);
 
 /// CAF's binary serializer with one more check: CAF 0.17 writes a
 /// sequence's length in 32 bits, so a string or container of 2^32 elements
@@ -163,8 +190,9 @@ encoded_object encode_object(const T& x, caf::actor_system* sys) {
   }
   try {
     bounded_serializer sink{serialization_context(sys), out.bytes};
+    auto writer = process_token();
     // CAF 0.17's inspectors take non-const references even when saving.
-    if (auto err = sink(const_cast<T&>(x))) {
+    if (auto err = sink(writer, const_cast<T&>(x))) {
       out.failure = make_error(errc::invalid_argument,
                                describe_codec_failure("serialize", name, err));
       out.bytes.clear();
@@ -203,13 +231,33 @@ caf::error decode_object(const char* data, size_t size, T& out,
                         "a caf::message needs object_options::system "
                         "(the actor system whose registry knows its types)");
   }
+  if (size < writer_token_size)
+    return make_error(errc::mismatch, "cannot deserialize " + name + ": " +
+                                        std::to_string(size) +
+                                        " bytes are too few for an object");
   try {
     T tmp{};
-    bounded_deserializer source{serialization_context(sys), data, size};
+    uint64_t writer = 0;
+    bounded_deserializer{nullptr, data, writer_token_size}(writer);
+    // Actor handles from another process: without a middleman, CAF reads
+    // them as actors of this process with the same number (the wrong
+    // actor, silently), so they are read without a context and fail;
+    // caf::message needs the context for its types and is checked after.
+    bool foreign = writer != process_token();
+    bool needs_context = std::is_same_v<T, caf::message>;
+    bounded_deserializer source{
+      foreign && !needs_context ? nullptr : serialization_context(sys),
+      data + writer_token_size, size - writer_token_size};
     if (auto err = source(tmp))
       return make_error(errc::mismatch,
-                        describe_codec_failure("deserialize", name, err) +
+                        (foreign && sys != nullptr
+                           ? describe_foreign_failure(name, err)
+                           : describe_codec_failure("deserialize", name, err)) +
                           " (" + std::to_string(size) + " bytes)");
+    if constexpr (std::is_same_v<T, caf::message>) {
+      if (foreign)
+        if (auto err = check_no_foreign_handles(tmp)) return err;
+    }
     if (source.remaining() != 0)
       return make_error(errc::mismatch, "cannot deserialize " + name + ": " +
                                           std::to_string(source.remaining()) +

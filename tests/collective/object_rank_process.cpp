@@ -24,6 +24,11 @@
 //               second allgather (of a shard_plan) fails on every rank:
 //               exit 3 when the first worked and the second failed as
 //               expected, 1 otherwise.
+//   mode "actors": each process spawns an actor and allgathers its handle,
+//               then a caf::message holding it, through a system without a
+//               middleman: both fail on every rank with mismatch naming the
+//               actor handle rule (exit 3), where they used to come back as
+//               handles to this process's own actor of the same number.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -34,6 +39,8 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 
 #include <caf_collective/object_collectives.hpp>
 
@@ -135,6 +142,39 @@ int run_messages(int world, int rank) {
   }
   std::fprintf(stderr, "rank %d: an unregistered type went through\n", rank);
   return 1;
+}
+
+// Each rank's actor handle, alone and inside a caf::message: both must fail
+// on every rank, since a handle cannot name an actor of another process
+// here. Returns 3 when both did, 1 otherwise.
+int run_actor_handles(int rank) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 1);
+  caf::actor_system sys{cfg};
+  auto mine = sys.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  col::object_options opts;
+  opts.system = &sys;
+  auto fails_as_foreign = [&](const char* what, auto call) {
+    try {
+      call();
+      std::fprintf(stderr, "rank %d: %s of actor handles went through\n", rank,
+                   what);
+      return false;
+    } catch (const col::collective_error& e) {
+      std::string text = e.what();
+      std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+      return e.code() == col::errc::mismatch &&
+             text.find("another process") != std::string::npos &&
+             text.find("actor handle") != std::string::npos;
+    }
+  };
+  bool alone = fails_as_foreign(
+    "allgather_object", [&] { col::allgather_object(mine, "objs", opts); });
+  bool in_message = fails_as_foreign("allgather_message", [&] {
+    col::allgather_message(sys, caf::make_message(mine, int32_t{rank}), "objs");
+  });
+  caf::anon_send_exit(mine, caf::exit_reason::user_shutdown);
+  return alone && in_message ? 3 : 1;
 }
 
 // The process's mapped address space now, in bytes (/proc/self/statm).
@@ -250,10 +290,10 @@ int run_out_of_memory(int world, int rank, const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(
-      stderr,
-      "usage: %s <world> <rank> <store dir> <ok|die|oom|oom-read|msg>\n",
-      argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <world> <rank> <store dir> "
+                 "<ok|die|oom|oom-read|msg|actors>\n",
+                 argv[0]);
     return 2;
   }
   int world = std::atoi(argv[1]);
@@ -278,6 +318,11 @@ int main(int argc, char** argv) {
     }
     if (mode == "msg") {
       int rc = run_messages(world, rank);
+      col::destroy_collective_group("objs");
+      return rc;
+    }
+    if (mode == "actors") {
+      int rc = run_actor_handles(rank);
       col::destroy_collective_group("objs");
       return rc;
     }

@@ -11,6 +11,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/binary_serializer.hpp>
 
 #include <caf_collective/object_collectives.hpp>
 
@@ -430,6 +431,50 @@ TEST_CASE("a sequence too long for CAF's 32-bit lengths fails to serialize "
   REQUIRE_FALSE(col::detail::decode_object(fits.bytes.data(), fits.bytes.size(),
                                            back, nullptr));
   CHECK(back.claimed == 1000);
+}
+
+TEST_CASE("nested sequences cannot claim together far more elements than "
+          "the object's bytes - a vector of vector<bool> is refused before "
+          "CAF allocates") {
+  // Bytes crafted as ranks' disagreement or corruption could make them:
+  // 4000 inner vector<bool>s of a few bytes each, each claiming as many
+  // bits as the bytes left allow. Each claim passed the per-sequence bound,
+  // and CAF resized every one: these 16 KB took about 60 MiB
+  // (helper-53 saw 200 KB take 3.9 GB).
+  constexpr size_t inner = 4000;
+  std::vector<char> bytes;
+  caf::binary_serializer sink{nullptr, bytes};
+  auto token = col::detail::process_token();
+  size_t outer = inner;
+  REQUIRE_FALSE(sink(token));
+  REQUIRE_FALSE(sink.begin_sequence(outer));
+  for (size_t i = 0; i < inner; ++i) {
+    // CAF 0.17 writes a vector<bool> as its length in bits, then its bytes
+    // as a vector of uint8_t: here none. The claim stays within what the
+    // bytes after it could hold (its empty byte vector, 1 byte, and 4 bytes
+    // per later inner), as the reader bounds each sequence.
+    size_t bits = 8 * (4 * (inner - i - 1) + 1) + 60000;
+    std::vector<uint8_t> no_bytes;
+    REQUIRE_FALSE(sink.begin_sequence(bits));
+    REQUIRE_FALSE(sink(no_bytes));
+    REQUIRE_FALSE(sink.end_sequence());
+  }
+  REQUIRE_FALSE(sink.end_sequence());
+  std::vector<std::vector<bool>> out;
+  auto err =
+    col::detail::decode_object(bytes.data(), bytes.size(), out, nullptr);
+  REQUIRE(err);
+  CHECK(col::code_of(err) == col::errc::mismatch);
+  CHECK(col::render(err).find("claim more elements together") !=
+        std::string::npos);
+  CHECK(out.empty());
+  // Honest nested sequences still read back.
+  std::vector<std::vector<bool>> honest(300, std::vector<bool>(1000, true));
+  auto encoded = col::detail::encode_object(honest, nullptr);
+  REQUIRE_FALSE(encoded.failure);
+  REQUIRE_FALSE(col::detail::decode_object(encoded.bytes.data(),
+                                           encoded.bytes.size(), out, nullptr));
+  CHECK(out == honest);
 }
 
 TEST_CASE("an object with a sequence too long to serialize fails every rank") {

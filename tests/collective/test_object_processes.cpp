@@ -84,3 +84,11 @@ TEST_CASE("caf::message objects move between 3 processes with their own "
           "registries and a type one registry lacks fails every rank") {
   expect_every_rank_exits("msg", 3);
 }
+
+TEST_CASE("actor handles between processes fail every rank with mismatch "
+          "instead of naming an actor of the reader's own process") {
+  // Before: without a middleman every process's node is "invalid-node", so
+  // CAF read another process's handle as the reader's own actor with the
+  // same number, and allgather_object succeeded with the wrong actors.
+  expect_every_rank_exits("actors", 3);
+}

@@ -6,8 +6,13 @@
 #include <cxxabi.h>
 #include <limits>
 #include <memory>
+#include <random>
+#include <unistd.h>
 
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/sec.hpp>
 #include <caf/uniform_type_info_map.hpp>
 
 namespace caf_collective::detail {
@@ -71,7 +76,8 @@ std::string describe_codec_failure(const char* what, const std::string& type,
 
 bounded_deserializer::bounded_deserializer(caf::execution_unit* ctx,
                                            const char* data, size_t size)
-  : forwarding_processor(ctx, data, size) {
+  : forwarding_processor(ctx, data, size),
+    claimable_(elements_per_byte * size + sequence_slack) {
   // nop
 }
 
@@ -82,6 +88,48 @@ caf::error bounded_deserializer::begin_sequence(size_t& size) {
                       "a sequence claims " + std::to_string(size) +
                         " elements but only " +
                         std::to_string(inner_.remaining()) + " bytes remain");
+  if (size > claimable_)
+    return make_error(errc::mismatch,
+                      "the sequences of the object claim more elements "
+                      "together than its bytes can hold (a sequence of " +
+                        std::to_string(size) + " with " +
+                        std::to_string(inner_.remaining()) + " bytes left)");
+  claimable_ -= size;
+  return {};
+}
+
+uint64_t process_token() noexcept {
+  static const uint64_t per_run = [] {
+    std::random_device source;
+    return (uint64_t{source()} << 32) ^ source();
+  }();
+  // getpid() per call: a child forked after the first call has a pid of
+  // its own, and the same random part.
+  return per_run ^ (static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ULL);
+}
+
+std::string describe_foreign_failure(const std::string& type,
+                                     const caf::error& err) {
+  if (err == caf::sec::no_context || err == caf::sec::no_proxy_registry)
+    return "cannot deserialize " + type +
+           ": it was written in another process and holds an actor handle "
+           "(or a caf::message inside it), which object collectives move "
+           "only between ranks of one process (" +
+           render(err) + ")";
+  return describe_codec_failure("deserialize", type, err);
+}
+
+caf::error check_no_foreign_handles(const caf::message& msg) {
+  for (size_t i = 0; i < msg.size(); ++i)
+    if (msg.match_element<caf::actor>(i) ||
+        msg.match_element<caf::actor_addr>(i) ||
+        msg.match_element<caf::strong_actor_ptr>(i))
+      return make_error(errc::mismatch,
+                        "cannot deserialize caf::message: it was written in "
+                        "another process and element " +
+                          std::to_string(i) +
+                          " is an actor handle, which object collectives "
+                          "move only between ranks of one process");
   return {};
 }
 
