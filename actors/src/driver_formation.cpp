@@ -149,7 +149,10 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
   g.nodes[m.rank] = std::move(node);
   self->send(member, grace_atom::value,
              static_cast<int64_t>(self->state.grace.count()));
-  if (self->state.monitored.insert(member.address()).second)
+  if (self->state.monitored
+        .emplace(member.address(),
+                 driver_state::known_member{g.nodes[m.rank], member})
+        .second)
     self->monitor(member);
   for (auto& x : g.members)
     if (!x) return;

@@ -13,11 +13,14 @@ namespace caf_collective::detail {
 
 namespace {
 
-// A member the driver knows on `node`, or null.
+// A member the driver knows on `node`, or null: one of a group first, else
+// any it still monitors (its group destroyed, the member alive).
 caf::actor member_on(const driver_state& st, const std::string& node) {
   for (auto& [name, g] : st.groups)
     for (size_t r = 0; r < g.nodes.size(); ++r)
       if (g.nodes[r] == node && g.members[r]) return g.members[r];
+  for (auto& [addr, known] : st.monitored)
+    if (known.node == node) return known.handle;
   return nullptr;
 }
 

@@ -114,7 +114,14 @@ struct driver_state {
   uint64_t next_gen = 1;
   uint64_t next_op_id = 1;
   std::map<std::string, group_entry> groups;
-  std::set<caf::actor_addr> monitored;
+  /// Every member the driver monitors (from its registration until it
+  /// dies), with its node: a member whose group was destroyed still
+  /// reaches that node's store for a release or a hand-over.
+  struct known_member {
+    std::string node;
+    caf::actor handle;
+  };
+  std::map<caf::actor_addr, known_member> monitored;
   driver_timing timing;
   // The driver itself, for its exit reason when the state is destroyed.
   const caf::local_actor* owner = nullptr;

@@ -966,6 +966,43 @@ std::vector<std::string> releases(const script& sc) {
   return result;
 }
 
+TEST_CASE("an output of another node is released through its member after "
+          "the group that made it was destroyed") {
+  // (A hand-over takes the same way: holder_of.)
+  // Before: the driver looked for a member of that node among its groups
+  // only, and the release failed with unknown_object although the member
+  // and the object were alive; the object stayed until its client ended.
+  fixture f;
+  std::vector<caf::actor> actors;
+  auto scripts = f.formed_group(2, actors, "g", "nodeB");
+  auto in0 = f.ref(1);
+  auto in1 = f.ref(2);
+  in0.node = in1.node = "nodeB";
+  auto op = f.ask_op({"g", col::op_kind::allgather, {in0, in1}, {}});
+  f.run();
+  col::object_ref out0{
+    "nodeB", 30, col::dtype::float32, {2, 4}, col::device::cpu()};
+  auto out1 = out0;
+  out1.id = 31;
+  fixture::finish(*scripts[0], 0, "g", out0);
+  fixture::finish(*scripts[1], 0, "g", out1);
+  f.run();
+  REQUIRE(op->answers == 1);
+  REQUIRE(!op->err);
+  auto destroyed =
+    f.ask<caf::ok_atom>(col::destroy_atom::value, std::string{"g"});
+  f.run();
+  REQUIRE(destroyed->answers == 1);
+  auto released = f.ask<caf::ok_atom>(col::release_atom::value, out1);
+  f.run();
+  REQUIRE(released->answers == 1);
+  CHECK(!released->err);
+  size_t asked = 0;
+  for (auto& sc : scripts)
+    asked += releases(*sc).size();
+  CHECK(asked == 1);
+}
+
 TEST_CASE("an op answered with an error releases the outputs of the ranks "
           "that finished it - nobody else holds their refs") {
   fixture f;
