@@ -1,7 +1,7 @@
 // Inputs whose exact results are known, and the check of the results.
-// Reductions use 1 + (rank + i) % 5 so sums and products of a few ranks
-// stay exact in every dtype (integers wrap the same way in Gloo and here);
-// data movement uses values that differ per rank and per element.
+// Reductions use values that keep every result exact in any order of
+// combining (data_pattern.cpp says how); data movement uses values that
+// differ per rank and per element.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,12 @@ namespace caf_collective::bench {
 
 /// Fills this rank's input and poisons its output.
 void fill_inputs(const op_args& args);
+
+/// Overwrites this rank's output with a pattern no op writes, so that a
+/// later count_wrong sees only what ran since. Out-of-place ops only: an
+/// in-place op's output is its input (nothing done for those, nor for
+/// barrier).
+void poison_output(const op_args& args);
 
 /// Number of wrong elements in this rank's output.
 size_t count_wrong(const op_args& args);

@@ -9,14 +9,16 @@
 // API (issue 11's goals at 8 B: member within 10 us, driver within 50 us).
 //
 //   caf_collective_member_loop [--ranks 4] [--iters 2000] [--bytes 8]
-//                              [--backend shm|gloo]
+//                              [--backend shm|gloo|auto]
 //                              [--caf-scheduler stealing|sharing|
 //                                               stealing-sleep[/N workers]]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,12 +35,17 @@
 #include "caf_collective/object_store.hpp"
 
 #include "caf_scheduler.hpp"
+#include "caf_scheduler_names.hpp"
+#include "strict_number.hpp"
 
 namespace col = caf_collective;
 using clock_type = std::chrono::steady_clock;
 using go_atom = caf::atom_constant<caf::atom("go")>;
 
 namespace {
+
+// Each rank is a thread and a member actor of this process.
+constexpr int max_ranks = 1024;
 
 struct settings {
   int ranks = 4;
@@ -48,27 +55,38 @@ struct settings {
   std::string scheduler = "stealing";
 };
 
+// Refuses what would hang or crash later, before any actor or thread
+// exists: no ranks (the group never forms: a 30 s wait), no iterations
+// (nothing to take a percentile of), a backend the library lacks (thrown
+// inside the rank threads).
 settings parse(int argc, char** argv) {
   settings s;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string key = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(key + " needs a value");
     std::string value = argv[i + 1];
     if (key == "--ranks")
-      s.ranks = std::stoi(value);
+      s.ranks = col::bench::parse_int(key, value, 1, max_ranks);
     else if (key == "--iters")
-      s.iters = std::stoi(value);
+      s.iters = col::bench::parse_int(key, value, 1, INT32_MAX);
     else if (key == "--bytes")
-      s.bytes = std::stoul(value);
+      s.bytes = col::bench::parse_byte_count(key, value);
     else if (key == "--backend")
       s.backend = value;
-    else if (key == "--caf-scheduler" && col::bench::is_caf_scheduler(value))
+    else if (key == "--caf-scheduler")
       s.scheduler = value;
-    else {
-      std::fprintf(stderr, "unknown option or value: %s %s\n", key.c_str(),
-                   value.c_str());
-      std::exit(2);
-    }
+    else
+      throw std::invalid_argument("unknown option " + key);
   }
+  if (s.backend != "shm" && s.backend != "gloo" && s.backend != "auto")
+    throw std::invalid_argument("--backend must be shm, gloo or auto, not '" +
+                                s.backend + "'");
+  if (!col::bench::is_caf_scheduler(s.scheduler))
+    throw std::invalid_argument(std::string{"--caf-scheduler must be "} +
+                                col::bench::caf_scheduler_names);
+  // The members take their element count as an int32_t.
+  if (s.bytes / 4 > static_cast<size_t>(INT32_MAX))
+    throw std::invalid_argument("--bytes must be below 8G");
   return s;
 }
 
@@ -217,30 +235,48 @@ samples driver_path(const settings& s, int elements) {
   return all;
 }
 
+// One rank of the imperative path: `iters` blocking allreduces, the times
+// after the first tenth into `mine`.
+void run_imperative_rank(const settings& s, int r, int elements,
+                         const col::rendezvous_store_ptr& store,
+                         samples& mine) {
+  col::member_scope scope;
+  col::init_options opts;
+  opts.store = store;
+  col::init_collective_group(s.ranks, r, s.backend, "loop", opts);
+  std::vector<float> xs(static_cast<size_t>(elements), 1.0f);
+  auto view = col::tensor_view{xs.data(), col::dtype::float32, xs.size()};
+  for (int i = 0; i < s.iters; ++i) {
+    auto start = clock_type::now();
+    col::allreduce(view, "loop");
+    std::chrono::duration<double, std::micro> dt = clock_type::now() - start;
+    if (i >= s.iters / 10) mine.push_back(dt.count());
+  }
+  col::destroy_collective_group("loop");
+}
+
 samples imperative_path(const settings& s, int elements) {
   std::vector<samples> per_rank(static_cast<size_t>(s.ranks));
+  // What each rank threw: an exception leaving a std::thread terminates
+  // the process without a word.
+  std::vector<std::string> failures(static_cast<size_t>(s.ranks));
   std::vector<std::thread> threads;
   auto store = col::make_in_process_store();
   for (int r = 0; r < s.ranks; ++r)
     threads.emplace_back([&, r] {
-      col::member_scope scope;
-      col::init_options opts;
-      opts.store = store;
-      col::init_collective_group(s.ranks, r, s.backend, "loop", opts);
-      std::vector<float> xs(static_cast<size_t>(elements), 1.0f);
-      auto view = col::tensor_view{xs.data(), col::dtype::float32, xs.size()};
-      auto& mine = per_rank[static_cast<size_t>(r)];
-      for (int i = 0; i < s.iters; ++i) {
-        auto start = clock_type::now();
-        col::allreduce(view, "loop");
-        std::chrono::duration<double, std::micro> dt =
-          clock_type::now() - start;
-        if (i >= s.iters / 10) mine.push_back(dt.count());
+      try {
+        run_imperative_rank(s, r, elements, store,
+                            per_rank[static_cast<size_t>(r)]);
+      } catch (const std::exception& ex) {
+        failures[static_cast<size_t>(r)] = ex.what();
       }
-      col::destroy_collective_group("loop");
     });
   for (auto& t : threads)
     t.join();
+  for (int r = 0; r < s.ranks; ++r)
+    if (auto& what = failures[static_cast<size_t>(r)]; !what.empty())
+      throw std::runtime_error("imperative path, rank " + std::to_string(r) +
+                               ": " + what);
   samples all;
   for (auto& xs : per_rank)
     all.insert(all.end(), xs.begin(), xs.end());
@@ -250,7 +286,13 @@ samples imperative_path(const settings& s, int elements) {
 } // namespace
 
 int main(int argc, char** argv) {
-  auto s = parse(argc, argv);
+  settings s;
+  try {
+    s = parse(argc, argv);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "member_loop: %s\n", ex.what());
+    return 2;
+  }
   auto elements = static_cast<int>(std::max<size_t>(s.bytes / 4, 1));
   std::printf("# %d ranks, %d allreduces of %zu B each, backend %s, CAF "
               "scheduler %s\n",

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   auto opts = parse_perf_options(argc, argv, exit_code);
   if (!opts) return exit_code;
+  print_notes(std::cout, *opts);
   // Measured before any rank exists: nothing else of ours runs meanwhile.
   if (opts->copy_model) {
     opts->copy = measure_copy_bandwidth(copy_threads_for(opts->ranks));

@@ -60,17 +60,29 @@ struct perf_options {
   int window = 4;
   std::string csv_file;
   std::string plot_file;
+  /// Ops of --op that this run cannot measure, each with why (sendrecv at
+  /// 1 rank; no size of the sweep splits among the ranks): the parser
+  /// leaves them out of `ops` and the tools print these before the sweep.
+  std::vector<std::string> notes;
 };
 
 /// The sizes of one sweep: min, min * f, ... up to max (nccl-tests' -f).
 std::vector<size_t> sweep_sizes(const perf_options& opts);
+
+/// The sizes in bytes `op` runs at: the sweep's sizes rounded down to
+/// whole elements, and for blocked ops to a multiple of the rank count,
+/// without zeros and repeats ({0} for barrier).
+std::vector<size_t> op_sizes(const perf_options& opts, bench_op op);
 
 /// Timed and warm-up iterations at a size of `bytes` (--iter-budget).
 int iters_at(const perf_options& opts, size_t bytes);
 int warmup_iters_at(const perf_options& opts, size_t bytes);
 
 /// Parses argv; prints usage or the problem to stderr and returns nullopt
-/// when the program should exit (with status `exit_code`).
+/// when the program should exit (with status `exit_code`: 0 after --help,
+/// 2 for a flag it refuses or a run that would measure nothing). Opens
+/// (creates) --csv FILE at once, so that an unwritable file fails before
+/// the sweep, not after it.
 std::optional<perf_options> parse_perf_options(int argc, char** argv,
                                                int& exit_code);
 

@@ -61,7 +61,7 @@ class rank_runner {
     for (auto op : opts_.ops) {
       std::vector<result_row> rows;
       if (is_root()) print_header(std::cout, op, opts_);
-      for (auto bytes : sizes_of(op)) {
+      for (auto bytes : op_sizes(opts_, op)) {
         for (auto& path : paths_) {
           if (!path->supports(op, false)) continue;
           for (auto& row :
@@ -71,14 +71,25 @@ class rank_runner {
           }
         }
       }
+      if (rows.empty() && is_root())
+        std::cout << "# no path of this run implements " << to_string(op)
+                  << "\n";
       if (is_root()) print_footer(std::cout, rows, opts_);
       all.insert(all.end(), rows.begin(), rows.end());
     }
     size_t wrong = 0;
     for (auto& row : all)
       wrong += row.out_of_place.wrong + row.in_place.wrong;
-    if (is_root()) write_outputs(all);
+    bool written = !is_root() || write_outputs(all);
     control_->barrier();
+    // A run that timed nothing must not pass for a measurement.
+    if (all.empty()) {
+      if (is_root())
+        std::cerr << "caf_collective_perf: nothing measured: no path of "
+                     "--path implements an op of --op\n";
+      return 2;
+    }
+    if (!written) return 2;
     return wrong > 0 ? 1 : 0;
   }
 
@@ -114,18 +125,6 @@ class rank_runner {
                      "driver API); skipped\n";
       }
     }
-  }
-
-  std::vector<size_t> sizes_of(bench_op op) const {
-    if (op == bench_op::barrier) return {0};
-    std::vector<size_t> result;
-    auto elem = size_of(opts_.type);
-    for (auto bytes : sweep_sizes(opts_)) {
-      auto count = usable_count(op, bytes / elem, opts_.ranks);
-      if (count > 0 && (result.empty() || result.back() != count * elem))
-        result.push_back(count * elem);
-    }
-    return result;
   }
 
   // One row per size: the fastest variant of the path (by mean time;
@@ -197,6 +196,9 @@ class rank_runner {
       path.run(args);
     timing t;
     for (int r = 0; r < opts_.repeat; ++r) {
+      // Outside the timed window: check_timed must see what the timed ops
+      // wrote, not check()'s or an earlier series' result.
+      if (opts_.check) poison_output(args);
       auto series = time_series(path, args);
       if (!t.valid || series.time_us < t.time_us) t = series;
     }
@@ -242,11 +244,19 @@ class rank_runner {
     return t;
   }
 
-  void write_outputs(const std::vector<result_row>& rows) {
-    if (!opts_.csv_file.empty()) write_csv(opts_.csv_file, rows, opts_);
+  // Returns false when the CSV could not be written (the parser already
+  // opened it once, so this is a full disk or the like).
+  bool write_outputs(const std::vector<result_row>& rows) {
+    bool ok = true;
+    if (!opts_.csv_file.empty() && !write_csv(opts_.csv_file, rows, opts_)) {
+      std::cerr << "caf_collective_perf: writing " << opts_.csv_file
+                << " failed\n";
+      ok = false;
+    }
     if (!opts_.plot_file.empty() && !write_plot(opts_.plot_file, rows, opts_))
       std::cerr << "caf_collective_perf: gnuplot failed (install "
                    "gnuplot-nox)\n";
+    return ok;
   }
 
   const perf_options& opts_;

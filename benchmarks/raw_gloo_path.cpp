@@ -1,6 +1,7 @@
 #include "raw_gloo_path.hpp"
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -207,6 +208,10 @@ class raw_gloo_path : public bench_path {
   }
 
   void sendrecv(const op_args& a) {
+    // Gloo has no pair to a rank's self: it crashes instead of failing.
+    // The parser leaves sendrecv out at 1 rank; this keeps it that way.
+    if (a.ranks < 2)
+      throw std::invalid_argument("raw-gloo: sendrecv needs 2 or more ranks");
     auto bytes = a.total * size_of(a.type);
     auto slot = gloo::Slot::build(sendrecv_slot_prefix, tag_++);
     auto send = ctx_->createUnboundBuffer(a.in, bytes);

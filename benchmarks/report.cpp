@@ -82,6 +82,11 @@ double copy_fraction(const timing& t, const perf_options& opts) {
   return t.valid && model > 0 ? t.busbw / model : 0.0;
 }
 
+void print_notes(std::ostream& out, const perf_options& opts) {
+  for (auto& note : opts.notes)
+    out << "# " << note << "\n";
+}
+
 void print_header(std::ostream& out, bench_op op, const perf_options& opts) {
   bool copy = opts.copy_model && opts.copy.valid();
   out << "#\n# " << to_string(op) << ", " << opts.ranks << " ranks as "
@@ -172,9 +177,10 @@ void print_footer(std::ostream& out, const std::vector<result_row>& rows,
       << "\n#\n";
 }
 
-void write_csv(const std::string& file, const std::vector<result_row>& rows,
+bool write_csv(const std::string& file, const std::vector<result_row>& rows,
                const perf_options& opts) {
   std::ofstream out{file};
+  if (!out) return false;
   out << "op,path,algo,ranks,mode,backend,size,count,type,redop,root";
   for (auto* prefix : {"oop", "ip"})
     out << "," << prefix << "_mean_us," << prefix << "_median_us," << prefix
@@ -203,6 +209,8 @@ void write_csv(const std::string& file, const std::vector<result_row>& rows,
       out << copy_fraction(row.out_of_place, opts);
     out << "\n";
   }
+  out.close();
+  return !out.fail();
 }
 
 bool write_plot(const std::string& file, const std::vector<result_row>& rows,

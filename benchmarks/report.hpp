@@ -45,6 +45,9 @@ void print_copy_model(std::ostream& out, const perf_options& opts);
 /// busbw as a fraction of the copy model (0 when there is none).
 double copy_fraction(const timing& t, const perf_options& opts);
 
+/// The parser's notes (ops left out and why), one "# " line each.
+void print_notes(std::ostream& out, const perf_options& opts);
+
 void print_header(std::ostream& out, bench_op op, const perf_options& opts);
 void print_row(std::ostream& out, const result_row& row,
                const perf_options& opts);
@@ -52,7 +55,8 @@ void print_row(std::ostream& out, const result_row& row,
 void print_footer(std::ostream& out, const std::vector<result_row>& rows,
                   const perf_options& opts);
 
-void write_csv(const std::string& file, const std::vector<result_row>& rows,
+/// Returns false if the file could not be written completely.
+bool write_csv(const std::string& file, const std::vector<result_row>& rows,
                const perf_options& opts);
 
 /// One PNG per op (FILE-<op>.png when several ops ran); returns false if

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,10 +43,15 @@
 #include "backends/shm/shm_backend.hpp"
 #include "vocabulary/cpu_relax.hpp"
 
+#include "strict_number.hpp"
+
 namespace col = caf_collective;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
+
+// Each rank is a thread or process of this machine.
+constexpr int max_ranks = 1024;
 
 struct options {
   int ranks = 2;
@@ -67,7 +73,7 @@ options parse(int argc, char** argv) {
       return std::string{argv[++i]};
     };
     if (flag == "--ranks")
-      opts.ranks = std::stoi(value());
+      opts.ranks = col::bench::parse_int(flag, value(), 1, max_ranks);
     else if (flag == "--procs")
       opts.procs = true;
     else if (flag == "--backend-only")
@@ -77,17 +83,15 @@ options parse(int argc, char** argv) {
     else if (flag == "--persistent")
       opts.persistent = true;
     else if (flag == "--bytes")
-      opts.bytes = std::stoul(value());
+      opts.bytes = col::bench::parse_byte_count(flag, value());
     else if (flag == "--iters")
-      opts.iters = std::stoi(value());
+      opts.iters = col::bench::parse_int(flag, value(), 1, INT_MAX);
     else if (flag == "--pin")
       opts.pin = true;
     else
       throw std::invalid_argument("unknown flag " + flag);
   }
-  if (opts.ranks < 1 || opts.iters < 1 || opts.bytes < 4)
-    throw std::invalid_argument(
-      "need --ranks >= 1, --iters >= 1, --bytes >= 4");
+  if (opts.bytes < 4) throw std::invalid_argument("need --bytes >= 4");
   return opts;
 }
 
@@ -291,14 +295,29 @@ int main(int argc, char** argv) {
     if (!opts.procs) {
       auto store = col::make_in_process_store();
       std::vector<double> first;
+      // What each rank threw: an exception leaving a std::thread would
+      // terminate the process without a word. Reported as the processes
+      // mode reports a failed rank.
+      std::vector<std::string> failures(size_t(opts.ranks));
       std::vector<std::thread> threads;
       for (int r = 0; r < opts.ranks; ++r)
         threads.emplace_back([&, r] {
-          auto samples = time_rank(opts, r, store);
-          if (r == 0) first = std::move(samples);
+          try {
+            auto samples = time_rank(opts, r, store);
+            if (r == 0) first = std::move(samples);
+          } catch (const std::exception& e) {
+            failures[size_t(r)] = e.what();
+          }
         });
       for (auto& t : threads)
         t.join();
+      int failed = 0;
+      for (int r = 0; r < opts.ranks; ++r) {
+        if (failures[size_t(r)].empty()) continue;
+        std::fprintf(stderr, "rank %d: %s\n", r, failures[size_t(r)].c_str());
+        ++failed;
+      }
+      if (failed > 0) return 1;
       report(opts, std::move(first));
       return 0;
     }
