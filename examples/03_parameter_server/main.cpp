@@ -197,15 +197,23 @@ std::vector<ps_config> share_config(int world, const ps_config& decided) {
 int main(int argc, char** argv) {
   int workers = 3, rc = 0;
   ps_config decided;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string arg = argv[i];
-    int value = std::atoi(argv[i + 1]);
-    if (arg == "--workers") workers = value;
-    if (arg == "--steps") decided.steps = value;
-    if (arg == "--features") decided.features = value;
+  std::map<std::string, int*> ints{{"--workers", &workers},
+                                   {"--steps", &decided.steps},
+                                   {"--features", &decided.features}};
+  // A misspelt flag or a value such as "4k" is refused, not run as the
+  // default or as 4.
+  bool args_ok = argc % 2 == 1; // flags come with a value each
+  for (int i = 1; args_ok && i + 1 < argc; i += 2) {
+    char* end = nullptr;
+    long value = std::strtol(argv[i + 1], &end, 10);
+    args_ok = ints.count(argv[i]) > 0 && end != argv[i + 1] && *end == '\0' &&
+              value >= 0 && value <= 1000000;
+    if (args_ok) *ints[argv[i]] = static_cast<int>(value);
   }
-  if (workers < 1 || decided.steps < 1 || decided.features < 2 || argc % 2 == 0)
-    return std::fprintf(stderr, "bad arguments (see main.cpp)\n"), 2;
+  if (!args_ok || workers < 1 || decided.steps < 1 || decided.features < 2)
+    return std::fprintf(stderr, "bad arguments: flags are --workers N >= 1, "
+                                "--steps N >= 1, --features N >= 2\n"),
+           2;
   // Two shards: the first half of the weights; the rest and the bias.
   decided.shard_sizes = {decided.features / 2,
                          decided.features - decided.features / 2 + 1};
@@ -301,8 +309,12 @@ int main(int argc, char** argv) {
               "1e-4)\n",
               spread, diff);
   if (rc == 0 && !(final_loss < 0.01)) fail("loss too high");
-  if (rc == 0 && (params.size() != ranks.size() || spread != 0))
-    fail("ranks' parameters differ");
+  // Sizes first: the loops above compare only the elements both have.
+  bool sizes_ok = params.size() == ranks.size();
+  for (auto& p : params)
+    sizes_ok = sizes_ok && p.size() == ref.size();
+  if (rc == 0 && !sizes_ok) fail("parameters missing from some ranks");
+  if (rc == 0 && spread != 0) fail("ranks' parameters differ");
   if (rc == 0 && !(diff < 1e-4)) fail("parameters differ from the reference");
   for (auto& r : ranks)
     self->send_exit(r, caf::exit_reason::user_shutdown);

@@ -185,14 +185,23 @@ settings parse(int argc, char** argv) {
     {"--steps", &s.steps}, {"--batch", &s.batch}, {"--hidden", &s.hidden}};
   bool ok = argc % 2 == 1; // flags come with a value each
   for (int i = 1; ok && i + 1 < argc; i += 2) {
+    // Only whole values: atoi would run "4k" as 4 and "x" as 0.
     std::string arg = argv[i];
-    if (ints.count(arg) > 0) *ints[arg] = std::atoi(argv[i + 1]);
-    if (arg == "--lr") s.lr = std::atof(argv[i + 1]);
-    ok = ints.count(arg) > 0 || arg == "--lr";
+    char* end = nullptr;
+    if (ints.count(arg) > 0) {
+      long value = std::strtol(argv[i + 1], &end, 10);
+      *ints[arg] = value > 0 && value <= 1000000 ? static_cast<int>(value) : 0;
+    } else if (arg == "--lr") {
+      s.lr = std::strtod(argv[i + 1], &end);
+    }
+    ok = end != nullptr && end != argv[i + 1] && *end == '\0';
   }
   if (!ok || s.steps < 1 || s.hidden < 1 || s.batch < 1 ||
-      samples % s.batch != 0) {
-    std::fprintf(stderr, "bad arguments; batch must divide %d\n", samples);
+      samples % s.batch != 0 || !(s.lr > 0) || !std::isfinite(s.lr)) {
+    std::fprintf(stderr,
+                 "bad arguments: flags are --steps N --batch N --hidden N "
+                 "--lr X, each with a positive value; batch must divide %d\n",
+                 samples);
     std::exit(2);
   }
   return s;
@@ -275,8 +284,12 @@ int main(int argc, char** argv) {
     if (i % std::max<size_t>(1, losses.size() / 10) == 0 ||
         i + 1 == losses.size())
       std::printf("%6zu %16.6f %16.6f\n", i, losses[i], ref_losses[i]);
-  double diff = w1.size() == l1.size() && w2.size() == l2.size() ? 0 : 1;
-  for (auto [got, want] : {std::pair{&w1, &l1}, std::pair{&w2, &l2}})
+  double diff = w1.size() == l1.size() && w2.size() == l2.size() &&
+                    losses.size() == ref_losses.size()
+                  ? 0
+                  : 1;
+  for (auto [got, want] : {std::pair{&w1, &l1}, std::pair{&w2, &l2},
+                           std::pair{&losses, &ref_losses}})
     for (size_t k = 0; k < got->size() && k < want->size(); ++k)
       diff = std::max(diff, std::fabs((*got)[k] - (*want)[k]));
   // Mean over the last pass through the data against the first step.
@@ -287,12 +300,13 @@ int main(int argc, char** argv) {
     final_loss += losses[i] / static_cast<double>(tail);
   std::printf("\nloss %.6f -> %.6f over the last %zu steps (must be < %g x)\n",
               first_loss, final_loss, tail, s.loss_ratio);
-  std::printf("vs single process: max |w - w_ref| = %.3g (must be < %g)\n",
+  std::printf("vs single process: max |w - w_ref|, |loss - loss_ref| = %.3g "
+              "(must be < %g)\n",
               diff, s.weight_tolerance);
   if (rc == 0 && !(final_loss < s.loss_ratio * first_loss))
     fail("loss did not fall enough");
   if (rc == 0 && !(diff < s.weight_tolerance))
-    fail("weights differ from the single-process run");
+    fail("weights or losses differ from the single-process run");
   for (auto& st : stages)
     self->send_exit(st, caf::exit_reason::user_shutdown);
   self->send_exit(driver, caf::exit_reason::user_shutdown);

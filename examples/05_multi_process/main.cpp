@@ -11,7 +11,8 @@
 //
 // Usage: caf_collective_run -n 4 example_05_multi_process [--steps N]
 //          [--samples N] [--features N] [--lr X] [--plot loss.png]
-// (the number of workers is the launcher's number of ranks)
+// (the number of workers is the launcher's number of ranks; --samples must
+// be a multiple of it, and --workers, if given, must equal it)
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -68,7 +69,7 @@ std::vector<std::vector<double>> allgather_weights(std::vector<double> w,
 } // namespace
 
 int main(int argc, char** argv) {
-  auto s = sgd::parse(argc, argv);
+  auto s = sgd::parse(argc, argv, sgd::worker_count::launcher);
   int rank = -1;
   try {
     // Rank, world size and the store come from the launcher. The arguments
@@ -76,17 +77,14 @@ int main(int argc, char** argv) {
     // alike, and none waits for the others.
     auto place = col::read_launch_environment();
     if (!place) throw col::collective_error{place.error()};
-    if (s.samples % place->world_size != 0) {
-      std::printf("rank %d: FAILED: --samples %d is not a multiple of the %d "
-                  "ranks\n",
-                  place->rank, s.samples, place->world_size);
+    if (auto why = sgd::fit_to_world(s, place->world_size); !why.empty()) {
+      std::printf("rank %d: FAILED: %s\n", place->rank, why.c_str());
       return 2;
     }
     // "auto" runs on shared memory when every rank is on this host, else
     // on Gloo.
     col::init_collective_group_from_env("auto", "dp");
     rank = col::get_rank("dp");
-    s.workers = col::get_collective_group_size("dp");
     if (rank == 0)
       std::printf("data-parallel SGD across %d processes on %s: %d samples x "
                   "%d features, %d steps, lr %g\n",

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -25,34 +27,97 @@ struct settings {
   double weight_tolerance = 1e-5; // float32 gradients vs a float64 run
 };
 
+/// Where the number of workers comes from.
+enum class worker_count {
+  flag,     // --workers N (default 4): the example spawns that many
+  launcher, // the launcher's ranks, known after parse: see fit_to_world
+};
+
+namespace detail {
+
+// A whole number in [1, INT_MAX], or 0 for anything else ("4k", "-3", "").
+inline int positive_int(const std::string& text) {
+  int value = 0;
+  auto [end, ec] =
+    std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc{} && end == text.data() + text.size() && value > 0
+           ? value
+           : 0;
+}
+
+[[noreturn]] inline void usage_error(const std::string& why,
+                                     worker_count from) {
+  bool flag = from == worker_count::flag;
+  std::fprintf(stderr,
+               "bad arguments: %s\nflags: --steps N --samples N --features "
+               "N%s --lr X --plot file.png, each with a value%s\n",
+               why.c_str(), flag ? " --workers N" : " [--workers N]",
+               flag ? "; --samples must be a multiple of --workers"
+                    : "; the workers are the launcher's ranks, --samples "
+                      "must be a multiple of them");
+  std::exit(2);
+}
+
+} // namespace detail
+
 /// Flags: --steps N --samples N --features N --workers N --lr X
-/// --plot file.png. Exits with status 2 on a bad command line.
-inline settings parse(int argc, char** argv) {
+/// --plot file.png. Exits with status 2 on a bad command line. With
+/// worker_count::launcher, --workers is optional (0 when left out) and the
+/// samples are checked against the real world size by fit_to_world, since
+/// a default worker count would refuse splits the launcher's ranks allow.
+inline settings parse(int argc, char** argv,
+                      worker_count from = worker_count::flag) {
   settings s;
+  if (from == worker_count::launcher) s.workers = 0;
   std::map<std::string, int*> ints{{"--steps", &s.steps},
                                    {"--samples", &s.samples},
                                    {"--features", &s.features},
                                    {"--workers", &s.workers}};
-  bool ok = argc % 2 == 1; // flags come with a value each
-  for (int i = 1; ok && i + 1 < argc; i += 2) {
+  if (argc % 2 == 0)
+    detail::usage_error(std::string{argv[argc - 1]} + " has no value", from);
+  for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i], value = argv[i + 1];
-    if (ints.count(arg) > 0)
-      *ints[arg] = std::atoi(value.c_str());
-    else if (arg == "--lr")
-      s.lr = std::atof(value.c_str());
-    else if (arg == "--plot")
+    if (ints.count(arg) > 0) {
+      *ints[arg] = detail::positive_int(value);
+      if (*ints[arg] == 0)
+        detail::usage_error(arg + " " + value + " is not a positive integer",
+                            from);
+    } else if (arg == "--lr") {
+      // Garbage would read as 0 and train nothing: only a full number.
+      char* end = nullptr;
+      s.lr = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !std::isfinite(s.lr) || s.lr <= 0)
+        detail::usage_error("--lr " + value + " is not a positive number",
+                            from);
+    } else if (arg == "--plot") {
       s.plot = value;
-    else
-      ok = false;
+    } else {
+      detail::usage_error("unknown flag " + arg, from);
+    }
   }
-  if (!ok || s.steps < 1 || s.features < 1 || s.workers < 1 ||
-      s.samples < s.workers || s.samples % s.workers != 0) {
-    std::fprintf(stderr, "bad arguments: flags are --steps --samples "
-                         "--features --workers --lr --plot, each with a "
-                         "value; samples must be a multiple of workers\n");
-    std::exit(2);
-  }
+  if (from == worker_count::flag && s.samples % s.workers != 0)
+    detail::usage_error("--samples " + std::to_string(s.samples) +
+                          " is not a multiple of --workers " +
+                          std::to_string(s.workers),
+                        from);
   return s;
+}
+
+/// For worker_count::launcher: makes the launcher's `world` ranks the
+/// workers. Returns why they cannot be (the samples do not split into
+/// `world` equal shards, or --workers names another count), else empty.
+inline std::string fit_to_world(settings& s, int world) {
+  if (s.workers != 0 && s.workers != world)
+    return "--workers " + std::to_string(s.workers) + " is not the " +
+           std::to_string(world) +
+           " ranks the launcher started (the ranks are the workers: "
+           "leave --workers out or pass -n " +
+           std::to_string(s.workers) + " to the launcher)";
+  if (s.samples % world != 0)
+    return "--samples " + std::to_string(s.samples) +
+           " is not a multiple of the " + std::to_string(world) + " ranks";
+  s.workers = world;
+  return {};
 }
 
 // y = X w_true + noise, rows in order: worker r owns rows [r*n, (r+1)*n).
@@ -175,7 +240,8 @@ inline bool check(const settings& s, const outcome& run, const outcome& single,
   double final_loss = run.losses.empty() ? INFINITY : run.losses.back();
   double max_diff = 0, spread = 0;
   for (auto& w : run.weights)
-    for (size_t j = 0; j < w.size() && j < ref_w.size(); ++j) {
+    for (size_t j = 0;
+         j < w.size() && j < ref_w.size() && j < run.weights[0].size(); ++j) {
       max_diff = std::max(max_diff, std::fabs(w[j] - ref_w[j]));
       spread = std::max(spread, std::fabs(w[j] - run.weights[0][j]));
     }
@@ -188,6 +254,9 @@ inline bool check(const settings& s, const outcome& run, const outcome& single,
   }
   std::vector<std::string> failures;
   if (!(final_loss < s.loss_threshold)) failures.emplace_back("loss too high");
+  // A run that stopped early may still end on a low loss.
+  if (run.losses.size() != static_cast<size_t>(s.steps))
+    failures.emplace_back("losses missing for some steps");
   if (run.weights.size() != static_cast<size_t>(s.workers))
     failures.emplace_back("weights missing from some workers");
   for (auto& w : run.weights)
