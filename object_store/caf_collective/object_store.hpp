@@ -2,6 +2,7 @@
 // so collectives run on small handles instead of raw buffers.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,8 +44,8 @@ class object_store {
   const std::string& node() const noexcept { return node_; }
 
   /// Takes ownership of `t`. Fails with out_of_memory (naming the request,
-  /// the bytes in use and the capacity) if the store would exceed its
-  /// capacity; `t` is then left untouched.
+  /// the bytes in use and the capacity) if the bytes in use (see bytes())
+  /// would exceed the capacity; `t` is then left untouched.
   caf::expected<object_ref> put(tensor&& t);
 
   /// Like put, recording `owner` (e.g. an actor's id, never 0):
@@ -74,7 +75,9 @@ class object_store {
 
   bool contains(const object_ref& ref) const;
 
-  /// Bytes held by the stored tensors.
+  /// Bytes in use: the stored tensors' and those of released tensors that
+  /// are still pinned (an op reading them), which stay in memory until
+  /// their last pin is dropped.
   size_t bytes() const;
 
   /// Number of stored objects.
@@ -91,7 +94,10 @@ class object_store {
   const std::string node_;
   mutable std::mutex mtx_;
   size_t capacity_;
-  size_t bytes_ = 0;
+  // Shared with every stored tensor's deleter, which gives its bytes back
+  // when the last holder (the store or a pin) lets go.
+  std::shared_ptr<std::atomic<size_t>> bytes_in_use_ =
+    std::make_shared<std::atomic<size_t>>(0);
   uint64_t next_id_ = 1;
   struct stored {
     std::shared_ptr<tensor> t;

@@ -44,17 +44,25 @@ caf::expected<object_ref> object_store::put(tensor&& t, uint64_t owner) {
                         ": cannot store a tensor without memory");
   auto size = t.nbytes();
   std::lock_guard<std::mutex> guard{mtx_};
-  if (capacity_ > 0 && bytes_ + size > capacity_)
+  auto in_use = bytes_in_use_->load();
+  if (capacity_ > 0 && in_use + size > capacity_)
     return make_error(errc::out_of_memory,
                       "object store on node " + node_ + ": storing " +
                         std::to_string(size) + " bytes would exceed its " +
                         "capacity of " + std::to_string(capacity_) +
-                        " bytes (" + std::to_string(bytes_) + " in use by " +
-                        std::to_string(objects_.size()) + " objects)");
+                        " bytes (" + std::to_string(in_use) + " in use by " +
+                        std::to_string(objects_.size()) +
+                        " objects and by released ones ops still read)");
   object_ref ref{node_, next_id_++, t.type(), t.shape(), t.dev()};
-  bytes_ += size;
-  objects_.emplace(ref.id,
-                   stored{std::make_shared<tensor>(std::move(t)), owner});
+  // Counted until the last holder lets go, not until release(): a released
+  // tensor an op still reads keeps its memory.
+  bytes_in_use_->fetch_add(size);
+  std::shared_ptr<tensor> held{new tensor(std::move(t)),
+                               [in_use = bytes_in_use_, size](tensor* p) {
+                                 delete p;
+                                 in_use->fetch_sub(size);
+                               }};
+  objects_.emplace(ref.id, stored{std::move(held), owner});
   return ref;
 }
 
@@ -67,7 +75,6 @@ size_t object_store::release_owned_by(uint64_t owner) {
       ++i;
       continue;
     }
-    bytes_ -= i->second.t->nbytes();
     dropped.push_back(std::move(i->second.t));
     i = objects_.erase(i);
   }
@@ -111,7 +118,6 @@ caf::error object_store::release(const object_ref& ref) {
   auto t = lookup(ref);
   if (!t) return std::move(t.error());
   auto i = objects_.find(ref.id);
-  bytes_ -= i->second.t->nbytes();
   dropped = std::move(i->second.t);
   objects_.erase(i);
   return {};
@@ -131,8 +137,7 @@ bool object_store::contains(const object_ref& ref) const {
 }
 
 size_t object_store::bytes() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return bytes_;
+  return bytes_in_use_->load();
 }
 
 size_t object_store::objects() const {

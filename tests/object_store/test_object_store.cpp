@@ -41,13 +41,15 @@ TEST_CASE("release drops the object and later lookups fail with "
   REQUIRE(pinned);
   CHECK(!store.release(*ref));
   CHECK(store.objects() == 0);
-  CHECK(store.bytes() == 0);
-  // A pin keeps the memory valid after release.
+  // A pin keeps the memory valid after release, and in use.
+  CHECK(store.bytes() == 8);
   CHECK((*pinned)->view().data_as<int32_t>()[1] == 8);
   auto again = store.get(*ref);
   REQUIRE(!again);
   CHECK(col::code_of(again.error()) == col::errc::unknown_object);
   CHECK(col::code_of(store.release(*ref)) == col::errc::unknown_object);
+  *pinned = col::pinned_tensor{};
+  CHECK(store.bytes() == 0);
 }
 
 TEST_CASE("refs from another node, forged ids and wrong fingerprints are "
@@ -83,6 +85,41 @@ TEST_CASE("a put beyond the capacity fails with out_of_memory and stores "
   store.set_capacity(0); // unlimited
   CHECK(store.put(col::tensor::from_vector(std::vector<float>{1, 2})));
   CHECK(store.bytes() == 20);
+}
+
+TEST_CASE("a released object an op still pins counts against the capacity "
+          "until the pin is dropped") {
+  // Before: release() took the bytes off at once, so a store with its
+  // capacity set held twice as much while ops still read released inputs.
+  col::object_store store{"n", 16};
+  auto a = store.put(col::tensor::from_vector(std::vector<float>{1, 2, 3}));
+  REQUIRE(a);
+  auto pinned = store.pin(*a);
+  REQUIRE(pinned);
+  REQUIRE_FALSE(store.release(*a));
+  CHECK(store.objects() == 0);
+  CHECK(store.bytes() == 12);
+  auto refused = store.put(col::tensor::from_vector(std::vector<float>{1, 2}));
+  REQUIRE(!refused);
+  CHECK(col::code_of(refused.error()) == col::errc::out_of_memory);
+  CHECK(col::render(refused.error()).find("12 in use") != std::string::npos);
+  *pinned = col::pinned_tensor{}; // the op finished
+  CHECK(store.bytes() == 0);
+  CHECK(store.put(col::tensor::from_vector(std::vector<float>{1, 2})));
+  CHECK(store.bytes() == 8);
+}
+
+TEST_CASE("a pin outliving its store still frees its tensor") {
+  col::pinned_tensor pin;
+  {
+    auto store = std::make_shared<col::object_store>("gone");
+    auto ref = store->put(col::tensor::from_vector(std::vector<float>{5, 6}));
+    REQUIRE(ref);
+    pin = store->pin(*ref).value();
+  }
+  REQUIRE(pin);
+  CHECK(pin->numel() == 2);
+  pin = col::pinned_tensor{}; // the deleter outlives the store (ASan: no leak)
 }
 
 TEST_CASE("device tensors are stored by pointer, never copied") {
