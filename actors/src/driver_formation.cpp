@@ -151,7 +151,7 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
              static_cast<int64_t>(self->state.grace.count()));
   if (self->state.monitored
         .emplace(member.address(),
-                 driver_state::known_member{g.nodes[m.rank], member})
+                 driver_state::known_member{g.nodes[m.rank], member.address()})
         .second)
     self->monitor(member);
   for (auto& x : g.members)

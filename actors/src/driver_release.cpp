@@ -20,7 +20,8 @@ caf::actor member_on(const driver_state& st, const std::string& node) {
     for (size_t r = 0; r < g.nodes.size(); ++r)
       if (g.nodes[r] == node && g.members[r]) return g.members[r];
   for (auto& [addr, known] : st.monitored)
-    if (known.node == node) return known.handle;
+    if (known.node == node)
+      if (auto member = caf::actor_cast<caf::actor>(known.addr)) return member;
   return nullptr;
 }
 

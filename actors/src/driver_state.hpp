@@ -117,9 +117,11 @@ struct driver_state {
   /// Every member the driver monitors (from its registration until it
   /// dies), with its node: a member whose group was destroyed still
   /// reaches that node's store for a release or a hand-over.
+  /// (An address, not a handle: a member holds its driver, so a handle
+  /// here kept the members of destroyed groups, and the driver, alive.)
   struct known_member {
     std::string node;
-    caf::actor handle;
+    caf::actor_addr addr;
   };
   std::map<caf::actor_addr, known_member> monitored;
   driver_timing timing;

@@ -242,8 +242,9 @@ caf::error validate(const group_entry& g, pending_op& op) {
     return bad(errc::unknown_object,
                "the refs of ranks " + list_ranks(foreign) +
                  " live on another node than their member");
-  if (auto shared = ranks_sharing_an_object(req);
-      !shared.empty() && in_place(req.op))
+  if (auto shared =
+        in_place(req.op) ? ranks_sharing_an_object(req) : std::vector<int>{};
+      !shared.empty())
     return bad(errc::invalid_argument,
                "ranks " + list_ranks(shared) + " name the same object (" +
                  to_string(req.refs[shared[0]]) + "); " +

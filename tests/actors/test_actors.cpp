@@ -417,6 +417,27 @@ TEST_CASE("a member killed mid-op: the client and every survivor get "
   REQUIRE(again);
 }
 
+TEST_CASE("members of a destroyed group whose handles are dropped end - the "
+          "driver keeps no member alive") {
+  // Before (9a3e19b, for a day): the driver kept a handle of every member
+  // it monitored; members hold their driver, so neither ever ended and the
+  // actor system's shutdown waited for ever.
+  fixture f;
+  caf::scoped_actor self{f.sys};
+  {
+    auto xs =
+      col::spawn_group(f.sys, f.driver, "dropped", 2, "shm", 10000, worker);
+    REQUIRE(!col::await_group(self, f.driver, "dropped", 10s));
+    for (auto& x : xs)
+      self->monitor(x);
+    REQUIRE(!col::destroy_group(self, f.driver, "dropped", 5s));
+  } // the only handles left go here
+  int ended = 0;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](caf::down_msg&) { ++ended; }, caf::after(5s) >> [] {});
+  CHECK(ended == 2);
+}
+
 TEST_CASE("a driver that exits mid-op answers every pending request with "
           "aborted naming the group and op - its groups break - groups of "
           "members' own ops run on") {
