@@ -106,22 +106,23 @@ class bounded_deserializer final
   size_t claimable_; // elements all sequences together may still claim
 };
 
-/// Every encoded object starts with this many bytes naming the process
-/// that wrote it (process_token), so that a reader knows whether actor
-/// handles in it can be its own.
+/// Every encoded object starts with this many bytes naming the process and
+/// actor system that wrote it (writer_token), so that a reader knows
+/// whether actor handles in it can be its own.
 inline constexpr size_t writer_token_size = sizeof(uint64_t);
 
-/// Names this process among the processes that exchange objects: random
-/// per program run, mixed with the pid so that a forked child differs from
-/// its parent.
-uint64_t process_token() noexcept;
+/// Names this process and `sys` (null: none) among the writers of objects:
+/// random per program run, mixed with the pid (a forked child differs from
+/// its parent) and the system's address (two systems of one process name
+/// their actors alike).
+uint64_t writer_token(const caf::actor_system* sys) noexcept;
 
-/// Why an object from another process could not be read, when CAF failed
-/// for want of a context (an actor handle needs the reader's own registry
-/// or a proxy of the middleman's): the actor handle rule, else `err`'s
-/// description.
-std::string describe_foreign_failure(const std::string& type,
-                                     const caf::error& err);
+/// Whether reading without a context failed at an actor handle.
+bool holds_actor_handle(const caf::error& failure);
+
+/// The error for an object of type `type` written by another process or
+/// actor system that holds an actor handle.
+caf::error foreign_handle_error(const std::string& type);
 
 /// Fails when a caf::message read from another process holds an actor
 /// handle at its top level: without a middleman every process names its
@@ -190,7 +191,7 @@ encoded_object encode_object(const T& x, caf::actor_system* sys) {
   }
   try {
     bounded_serializer sink{serialization_context(sys), out.bytes};
-    auto writer = process_token();
+    auto writer = writer_token(sys);
     // CAF 0.17's inspectors take non-const references even when saving.
     if (auto err = sink(writer, const_cast<T&>(x))) {
       out.failure = make_error(errc::invalid_argument,
@@ -236,33 +237,48 @@ caf::error decode_object(const char* data, size_t size, T& out,
                                         std::to_string(size) +
                                         " bytes are too few for an object");
   try {
-    T tmp{};
     uint64_t writer = 0;
     bounded_deserializer{nullptr, data, writer_token_size}(writer);
-    // Actor handles from another process: without a middleman, CAF reads
-    // them as actors of this process with the same number (the wrong
-    // actor, silently), so they are read without a context and fail;
-    // caf::message needs the context for its types and is checked after.
-    bool foreign = writer != process_token();
-    bool needs_context = std::is_same_v<T, caf::message>;
-    bounded_deserializer source{
-      foreign && !needs_context ? nullptr : serialization_context(sys),
-      data + writer_token_size, size - writer_token_size};
-    if (auto err = source(tmp))
-      return make_error(errc::mismatch,
-                        (foreign && sys != nullptr
-                           ? describe_foreign_failure(name, err)
-                           : describe_codec_failure("deserialize", name, err)) +
-                          " (" + std::to_string(size) + " bytes)");
+    // Reads a T with `ctx`: CAF's failure, or the bytes left over.
+    T tmp{};
+    auto read_with = [&](caf::execution_unit* ctx) -> caf::error {
+      tmp = T{};
+      bounded_deserializer source{ctx, data + writer_token_size,
+                                  size - writer_token_size};
+      if (auto err = source(tmp))
+        return make_error(errc::mismatch,
+                          describe_codec_failure("deserialize", name, err) +
+                            " (" + std::to_string(size) + " bytes)");
+      if (source.remaining() != 0)
+        return make_error(errc::mismatch, "cannot deserialize " + name + ": " +
+                                            std::to_string(source.remaining()) +
+                                            " of " + std::to_string(size) +
+                                            " bytes left over");
+      return {};
+    };
+    // Actor handles from another process or actor system: CAF reads one
+    // as the reader's own actor with the same number when neither system
+    // has a middleman (the wrong actor, silently). So such objects are
+    // read without a context first, where a handle fails; a caf::message
+    // needs the context for its types and is checked after reading.
+    bool foreign = writer != writer_token(sys);
+    caf::error failed;
+    if (!foreign || std::is_same_v<T, caf::message>) {
+      failed = read_with(serialization_context(sys));
+    } else if (auto bare = read_with(nullptr)) {
+      if (holds_actor_handle(bare))
+        failed = foreign_handle_error(name);
+      else if (sys == nullptr)
+        failed = std::move(bare);
+      else // a caf::message inside reads nothing without a context: read
+           // again with it (handles inside that message are not seen)
+        failed = read_with(serialization_context(sys));
+    }
+    if (failed) return failed;
     if constexpr (std::is_same_v<T, caf::message>) {
       if (foreign)
         if (auto err = check_no_foreign_handles(tmp)) return err;
     }
-    if (source.remaining() != 0)
-      return make_error(errc::mismatch, "cannot deserialize " + name + ": " +
-                                          std::to_string(source.remaining()) +
-                                          " of " + std::to_string(size) +
-                                          " bytes left over");
     out = std::move(tmp);
   } catch (const std::bad_alloc&) {
     return make_error(errc::out_of_memory,

@@ -41,8 +41,8 @@ struct object_options : op_options {
   uint32_t tag = 0;
   /// The actor system whose type registry (de)serializes caf::message and
   /// actor handles. Required for caf::message, unused for plain types.
-  /// Actor handles move only between ranks of one process: one written in
-  /// another process fails every rank with mismatch.
+  /// Actor handles move only between ranks of one actor system: one
+  /// written by another process or system fails every rank with mismatch.
   caf::actor_system* system = nullptr;
 };
 

@@ -12,6 +12,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/message.hpp>
+#include <caf/send.hpp>
 
 #include <caf_collective/object_collectives.hpp>
 
@@ -444,7 +447,7 @@ TEST_CASE("nested sequences cannot claim together far more elements than "
   constexpr size_t inner = 4000;
   std::vector<char> bytes;
   caf::binary_serializer sink{nullptr, bytes};
-  auto token = col::detail::process_token();
+  auto token = col::detail::writer_token(nullptr);
   size_t outer = inner;
   REQUIRE_FALSE(sink(token));
   REQUIRE_FALSE(sink.begin_sequence(outer));
@@ -475,6 +478,72 @@ TEST_CASE("nested sequences cannot claim together far more elements than "
   REQUIRE_FALSE(col::detail::decode_object(encoded.bytes.data(),
                                            encoded.bytes.size(), out, nullptr));
   CHECK(out == honest);
+}
+
+TEST_CASE("actor handles do not pass between two actor systems of one "
+          "process - messages inside other types still do") {
+  // Two systems without a middleman number their actors alike: a handle of
+  // system A read in system B named B's own actor with the same id.
+  caf::actor_system_config cfg_a, cfg_b;
+  cfg_a.set("scheduler.max-threads", 1);
+  cfg_b.set("scheduler.max-threads", 1);
+  caf::actor_system a{cfg_a}, b{cfg_b};
+  auto of_a = a.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  auto of_b = b.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  // Stops both actors however the test ends (a failed REQUIRE included):
+  // the systems' destructors wait for them.
+  struct stopper {
+    std::vector<caf::actor> actors;
+    ~stopper() {
+      for (auto& x : actors)
+        caf::anon_send_exit(x, caf::exit_reason::kill);
+    }
+  } stop{{of_a, of_b}};
+  REQUIRE(of_a.id() == of_b.id()); // what made the wrong actor come back
+  auto written = col::detail::encode_object(of_a, &a);
+  REQUIRE_FALSE(written.failure);
+  caf::actor read_back;
+  auto in_b = col::detail::decode_object(written.bytes.data(),
+                                         written.bytes.size(), read_back, &b);
+  REQUIRE(in_b);
+  CHECK(col::code_of(in_b) == col::errc::mismatch);
+  CHECK(col::render(in_b).find("holds an actor handle") != std::string::npos);
+  CHECK(!read_back);
+  auto msg = col::detail::encode_object(caf::make_message(of_a, 1), &a);
+  REQUIRE_FALSE(msg.failure);
+  caf::message msg_back;
+  auto msg_in_b = col::detail::decode_object(msg.bytes.data(), msg.bytes.size(),
+                                             msg_back, &b);
+  CHECK(col::code_of(msg_in_b) == col::errc::mismatch);
+  // In its own system the handle is the same actor.
+  REQUIRE_FALSE(col::detail::decode_object(
+    written.bytes.data(), written.bytes.size(), read_back, &a));
+  CHECK(read_back == of_a);
+  // A caf::message inside another type reads nothing without a context: it
+  // is read again with one, across systems too.
+  std::vector<caf::message> plain{caf::make_message(int32_t{7}, 2.5)};
+  auto nested = col::detail::encode_object(plain, &a);
+  REQUIRE_FALSE(nested.failure);
+  std::vector<caf::message> nested_back;
+  REQUIRE_FALSE(col::detail::decode_object(
+    nested.bytes.data(), nested.bytes.size(), nested_back, &b));
+  REQUIRE(nested_back.size() == 1);
+  CHECK((nested_back[0].match_elements<int32_t, double>()));
+  CHECK(nested_back[0].get_as<int32_t>(0) == 7);
+}
+
+TEST_CASE("an honest vector of a million bools reads back under the shared "
+          "element budget") {
+  // CAF writes it as its bits and then its bytes: 9 elements a byte.
+  std::vector<bool> bits(1000000);
+  for (size_t i = 0; i < bits.size(); i += 3)
+    bits[i] = true;
+  auto encoded = col::detail::encode_object(bits, nullptr);
+  REQUIRE_FALSE(encoded.failure);
+  std::vector<bool> back;
+  REQUIRE_FALSE(col::detail::decode_object(
+    encoded.bytes.data(), encoded.bytes.size(), back, nullptr));
+  CHECK(back == bits);
 }
 
 TEST_CASE("an object with a sequence too long to serialize fails every rank") {

@@ -2,6 +2,7 @@
 // caf::message, and the bounded serializer and deserializer.
 #include "caf_collective/object_codec.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cxxabi.h>
 #include <limits>
@@ -23,9 +24,14 @@ namespace {
 // remain can hold: elements can take zero bytes (empty structs), but not
 // millions of them.
 constexpr size_t sequence_slack = 1 << 16;
+// The same for all sequences of an object together.
+constexpr size_t object_slack = 1 << 20;
 // The most elements one byte holds: CAF packs std::vector<bool> eight to a
 // byte, after a length that counts bits.
 constexpr size_t elements_per_byte = 8;
+// The same for all sequences of an object together: a vector<bool> claims
+// its bits, then its bytes again as a vector of uint8_t.
+constexpr size_t object_elements_per_byte = elements_per_byte + 1;
 
 // Never registered anywhere: CAF's answer for its name is the name CAF
 // gives every unregistered type.
@@ -77,7 +83,7 @@ std::string describe_codec_failure(const char* what, const std::string& type,
 bounded_deserializer::bounded_deserializer(caf::execution_unit* ctx,
                                            const char* data, size_t size)
   : forwarding_processor(ctx, data, size),
-    claimable_(elements_per_byte * size + sequence_slack) {
+    claimable_(object_elements_per_byte * size + object_slack) {
   // nop
 }
 
@@ -98,25 +104,32 @@ caf::error bounded_deserializer::begin_sequence(size_t& size) {
   return {};
 }
 
-uint64_t process_token() noexcept {
+uint64_t writer_token(const caf::actor_system* sys) noexcept {
   static const uint64_t per_run = [] {
     std::random_device source;
     return (uint64_t{source()} << 32) ^ source();
   }();
   // getpid() per call: a child forked after the first call has a pid of
   // its own, and the same random part.
-  return per_run ^ (static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ULL);
+  auto pid = static_cast<uint64_t>(::getpid());
+  auto system = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(sys));
+  return per_run ^ (pid * 0x9e3779b97f4a7c15ULL) ^
+         (system * 0xc2b2ae3d27d4eb4fULL);
 }
 
-std::string describe_foreign_failure(const std::string& type,
-                                     const caf::error& err) {
-  if (err == caf::sec::no_context || err == caf::sec::no_proxy_registry)
-    return "cannot deserialize " + type +
-           ": it was written in another process and holds an actor handle "
-           "(or a caf::message inside it), which object collectives move "
-           "only between ranks of one process (" +
-           render(err) + ")";
-  return describe_codec_failure("deserialize", type, err);
+bool holds_actor_handle(const caf::error& failure) {
+  // read_with renders CAF's error into its text: the codes' names.
+  auto text = render(failure);
+  return text.find("no_context") != std::string::npos ||
+         text.find("no_proxy_registry") != std::string::npos;
+}
+
+caf::error foreign_handle_error(const std::string& type) {
+  return make_error(errc::mismatch,
+                    "cannot deserialize " + type +
+                      ": it was written by another process or actor system "
+                      "and holds an actor handle, which object collectives "
+                      "move only between ranks of one actor system");
 }
 
 caf::error check_no_foreign_handles(const caf::message& msg) {
@@ -125,11 +138,11 @@ caf::error check_no_foreign_handles(const caf::message& msg) {
         msg.match_element<caf::actor_addr>(i) ||
         msg.match_element<caf::strong_actor_ptr>(i))
       return make_error(errc::mismatch,
-                        "cannot deserialize caf::message: it was written in "
-                        "another process and element " +
+                        "cannot deserialize caf::message: it was written by "
+                        "another process or actor system and element " +
                           std::to_string(i) +
                           " is an actor handle, which object collectives "
-                          "move only between ranks of one process");
+                          "move only between ranks of one actor system");
   return {};
 }
 
