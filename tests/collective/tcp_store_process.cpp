@@ -6,6 +6,12 @@
 //       SIGTERM
 //   set <port> <secret> <run> <key> <value>
 //   get <port> <secret> <run> <key> <expected value> <timeout ms>
+//   get-host <host> <port> <timeout ms>
+//       one get from the store at <host>:<port>; prints the seconds it took
+//       to stderr ("took 1.2 s")
+//   gloo-host <hostname> <timeout ms>
+//       forms a Gloo group of one rank whose device uses <hostname>; prints
+//       the seconds it took
 //   rank <port> <secret> <run> <world> <rank> <timeout ms>
 //       joins group "tcp" through the store at 127.0.0.1:<port>, checks an
 //       allreduce and a broadcast
@@ -19,6 +25,7 @@
 //
 // Exit codes: 0 ok, 1 wrong result or other error, 3 refused
 // (invalid_argument), 4 timeout. Errors go to stderr.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -197,6 +204,37 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  if (mode == "get-host" && argc == 5) {
+    col::tcp_store_options opts;
+    opts.host = argv[2];
+    opts.port = static_cast<uint16_t>(std::atoi(argv[3]));
+    opts.secret = "unused";
+    opts.run_id = "run";
+    auto start = std::chrono::steady_clock::now();
+    auto value = col::make_tcp_store(std::move(opts))
+                   ->get("k", std::chrono::milliseconds{std::atol(argv[4])});
+    std::chrono::duration<double> took =
+      std::chrono::steady_clock::now() - start;
+    std::fprintf(stderr, "took %.1f s\n", took.count());
+    return value ? 0 : exit_code_of(value.error());
+  }
+  if (mode == "gloo-host" && argc == 4) {
+    col::init_options opts;
+    opts.store = col::make_in_process_store();
+    opts.hostname = argv[2];
+    opts.timeout = std::chrono::milliseconds{std::atol(argv[3])};
+    auto start = std::chrono::steady_clock::now();
+    int code = 0;
+    try {
+      col::init_collective_group(1, 0, "gloo", "gloo-host", opts);
+    } catch (const col::collective_error& e) {
+      code = exit_code_of(e.error());
+    }
+    std::chrono::duration<double> took =
+      std::chrono::steady_clock::now() - start;
+    std::fprintf(stderr, "took %.1f s\n", took.count());
+    return code;
   }
   if (mode == "rank" && argc == 8)
     return form_group(client(argv + 2), std::atoi(argv[5]), std::atoi(argv[6]),

@@ -243,6 +243,109 @@ TEST_CASE("a client fails with timeout when the server never comes up") {
   CHECK(col::code_of(set) == col::errc::timeout);
 }
 
+namespace {
+
+/// A nameserver that takes queries and never answers: a UDP socket on
+/// 127.0.0.2:53 (root only), and a resolv.conf naming it that processes
+/// see through a mount namespace of their own.
+class stalled_resolver {
+ public:
+  stalled_resolver() {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(53);
+    at.sin_addr.s_addr = htonl(0x7f000002); // 127.0.0.2
+    usable_ = fd_ >= 0 &&
+              ::bind(fd_, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0 &&
+              std::system("/usr/bin/unshare -m sh -c 'mount --bind /dev/null "
+                          "/etc/resolv.conf' > /dev/null 2>&1") == 0;
+    std::ofstream out{conf_};
+    out << "nameserver 127.0.0.2\noptions timeout:5 attempts:2\n";
+  }
+
+  ~stalled_resolver() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  bool usable() const { return usable_; }
+
+  struct outcome {
+    int code = -1;
+    std::chrono::steady_clock::duration took{};
+    std::string log;
+  };
+
+  /// Runs the helper process with `args` under this resolver.
+  outcome run(std::vector<std::string> args) {
+    auto log = (dir_.path / "helper.log").string();
+    std::vector<std::string> all{
+      "-m",  "sh",  "-c", "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+      conf_, helper};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv{const_cast<char*>("/usr/bin/unshare")};
+    for (auto& a : all)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = 0;
+    outcome result;
+    auto start = std::chrono::steady_clock::now();
+    if (::posix_spawn(&pid, "/usr/bin/unshare", &actions, nullptr, argv.data(),
+                      environ) == 0)
+      result.code = test::wait_process(pid, 60s);
+    posix_spawn_file_actions_destroy(&actions);
+    result.took = std::chrono::steady_clock::now() - start;
+    std::ifstream in{log};
+    std::stringstream text;
+    text << in.rdbuf();
+    result.log = text.str();
+    return result;
+  }
+
+ private:
+  int fd_ = -1;
+  bool usable_ = false;
+  test::temp_dir dir_;
+  std::string conf_ = (dir_.path / "resolv.conf").string();
+};
+
+} // namespace
+
+TEST_CASE("a host name the resolver never answers fails at the deadline - "
+          "the store's host and a Gloo rank's own - not after the "
+          "resolver's timeouts") {
+  // Before: getaddrinfo had no deadline, and a resolver that did not answer
+  // held the caller for its own timeouts (10 s here, per lookup).
+  stalled_resolver dns;
+  if (!dns.usable()) {
+    MESSAGE("skipped: needs root, port 53 of 127.0.0.2 and a mount "
+            "namespace");
+    return;
+  }
+  auto store =
+    dns.run({"get-host", "store.stalled-resolver.test", "29400", "1000"});
+  INFO(store.log);
+  CHECK(store.code == 4); // timeout
+  CHECK(store.log.find("the resolver did not answer in time") !=
+        std::string::npos);
+  CHECK(store.log.find("store.stalled-resolver.test") != std::string::npos);
+  // 1 s asked, each attempt at least the 2 s handshake floor.
+  CHECK(store.took < 6s);
+  // The Gloo rank checks its own hostname before Gloo sees it (Gloo's own
+  // lookup has no deadline).
+  auto rank = dns.run({"gloo-host", "rank.stalled-resolver.test", "1000"});
+  INFO(rank.log);
+  CHECK(rank.code == 1); // backend_error
+  CHECK(rank.log.find("the resolver did not answer in time") !=
+        std::string::npos);
+  CHECK(rank.log.find("rank.stalled-resolver.test") != std::string::npos);
+  CHECK(rank.took < 6s);
+}
+
 TEST_CASE("a client retries until a server that starts late is up") {
   auto port = unused_port();
   auto store = client_of(port, "run1");

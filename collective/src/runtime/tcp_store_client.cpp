@@ -21,6 +21,7 @@
 #include <caf/expected.hpp>
 
 #include "caf_collective/error.hpp"
+#include "runtime/bounded_resolve.hpp"
 #include "runtime/tcp_store_wire.hpp"
 #include "runtime/time_left.hpp"
 
@@ -42,7 +43,9 @@ constexpr auto handshake_floor = std::chrono::seconds{2};
 
 class tcp_store_client : public rendezvous_store {
  public:
-  explicit tcp_store_client(tcp_store_options opts) : opts_(std::move(opts)) {
+  explicit tcp_store_client(tcp_store_options opts)
+    : opts_(std::move(opts)),
+      resolver_(opts_.host, std::to_string(opts_.port), stream_hints()) {
     // nop
   }
 
@@ -210,20 +213,14 @@ class tcp_store_client : public rendezvous_store {
   // One attempt to open a TCP connection; returns the socket or -1 with
   // `why` set.
   int try_open(wire::clock::time_point deadline, std::string& why) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    auto service = std::to_string(opts_.port);
-    if (int rc =
-          ::getaddrinfo(opts_.host.c_str(), service.c_str(), &hints, &found);
-        rc != 0) {
-      why = std::string{"cannot resolve the host: "} + ::gai_strerror(rc);
+    auto found = resolver_.resolve(deadline);
+    if (!found.list) {
+      why = found.why;
       return -1;
     }
     int result = -1;
-    for (auto* ai = found; ai != nullptr && result < 0; ai = ai->ai_next) {
+    for (auto* ai = found.list.get(); ai != nullptr && result < 0;
+         ai = ai->ai_next) {
       int fd =
         ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                  ai->ai_protocol);
@@ -253,7 +250,6 @@ class tcp_store_client : public rendezvous_store {
         ::close(fd);
       }
     }
-    ::freeaddrinfo(found);
     return result;
   }
 
@@ -324,7 +320,17 @@ class tcp_store_client : public rendezvous_store {
     return fd;
   }
 
+  static addrinfo stream_hints() {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    return hints;
+  }
+
   tcp_store_options opts_;
+  // The server's name, resolved within each attempt's deadline.
+  detail::bounded_resolver resolver_;
   std::mutex mtx_;
   /// Connections that finished their last request.
   std::vector<int> idle_;

@@ -27,6 +27,7 @@
 #include "backends/gloo/gloo_store_adapter.hpp"
 #include "backends/gloo/slots.hpp"
 #include "runtime/backend_factory.hpp"
+#include "runtime/bounded_resolve.hpp"
 
 namespace caf_collective::detail {
 
@@ -299,16 +300,17 @@ std::string resolve_hostname(const group_config& cfg) {
 // nothing. Checked before Gloo sees it: Gloo's own lookup only treats -1 as
 // a getaddrinfo failure and goes on with an unset result for the others
 // (e.g. EAI_NONAME), which crashed a process under TSan.
-std::string host_problem(const std::string& host) {
+// Bounded by `limit`: a resolver that does not answer fails the formation
+// naming the name, instead of holding it (Gloo's own lookup has no limit).
+std::string host_problem(const std::string& host, milliseconds limit) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0)
-    return "cannot resolve this rank's hostname '" + host +
-           "': " + ::gai_strerror(rc);
-  ::freeaddrinfo(found);
+  detail::bounded_resolver resolver{host, "", hints};
+  auto found = resolver.resolve(std::chrono::steady_clock::now() + limit);
+  if (!found.list)
+    return found.why + " (this rank's hostname '" + host + "', within " +
+           std::to_string(limit.count()) + " ms)";
   return {};
 }
 
@@ -334,7 +336,8 @@ void ignore_sigpipe_once() {
 } // namespace
 
 caf::error check_gloo_usable(const group_config& cfg) {
-  if (auto problem = host_problem(resolve_hostname(cfg)); !problem.empty())
+  if (auto problem = host_problem(resolve_hostname(cfg), cfg.timeout);
+      !problem.empty())
     return make_error(errc::backend_error,
                       error_context::member(cfg.name, cfg.rank, cfg.world_size),
                       "forming the group failed: " + problem);
