@@ -20,6 +20,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -290,12 +291,18 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   int status = 0;
   // The parser checks -r and the ops' sizes against --ranks: give it MPI's
-  // size last, so that it wins over the default of 2 and over a --ranks of
-  // the caller's (ignored, as the header says).
+  // size first, and drop a --ranks of the caller's (ignored, as the header
+  // says). First, not last: appended, it became the value of a trailing
+  // flag the caller left without one ("-n --ranks").
   auto world = std::to_string(ranks);
-  std::vector<char*> args{argv, argv + argc};
-  args.push_back(const_cast<char*>("--ranks"));
-  args.push_back(world.data());
+  std::vector<char*> args{argv[0], const_cast<char*>("--ranks"), world.data()};
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view{argv[i]} == "--ranks" && i + 1 < argc) {
+      ++i; // and its value
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
   auto opts =
     parse_perf_options(static_cast<int>(args.size()), args.data(), status);
   if (opts) {
