@@ -546,6 +546,39 @@ TEST_CASE("an honest vector of a million bools reads back under the shared "
   CHECK(back == bits);
 }
 
+TEST_CASE("a root only one rank refuses takes the op's number - that rank's "
+          "next object op does not meet the op its peers ran") {
+  // Before: the refusal took no number, so rank 1's next broadcast_object
+  // met its peers' first one and returned the root's first object as the
+  // second's, as success. Now the ranks are out of step, which shm reports
+  // at once (Gloo: at the deadline).
+  test::run_shm_threads(
+    3, "obj-oneroot",
+    [](int rank, rank_log& log) {
+      std::string first = rank == 0 ? "first" : "";
+      try {
+        col::broadcast_object(first, rank == 1 ? 7 : 0, "obj-oneroot");
+        log.expect(rank != 1, "rank 1 took root 7");
+      } catch (const col::collective_error& e) {
+        if (rank == 1)
+          log.expect(e.code() == col::errc::invalid_argument &&
+                       std::string{e.what()}.find("root 7") !=
+                         std::string::npos,
+                     e.what());
+      }
+      std::string second = rank == 0 ? "second" : "";
+      try {
+        col::broadcast_object(second, 0, "obj-oneroot");
+        log.expect(second == "second", "rank " + std::to_string(rank) +
+                                         " got '" + second + "' as the second");
+      } catch (const col::collective_error&) {
+        // The ranks are out of step: an error, never another op's object.
+      }
+      log.expect(second != "first", "the first object came back as the second");
+    },
+    5s);
+}
+
 TEST_CASE("an object with a sequence too long to serialize fails every rank") {
   run_ranks(3, "obj-too-long", [](int rank, rank_log& log) {
     objtest::claims_sequence mine{rank == 1 ? size_t{1} << 32 : 3};

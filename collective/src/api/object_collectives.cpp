@@ -182,20 +182,34 @@ bool any_failed(const std::vector<header>& headers) {
                      [](const header& h) { return h[0] != 0; });
 }
 
-void check_rank(const object_call& call, int rank, const char* role) {
-  if (rank < 0 || rank >= call.grp.world_size())
-    fail(call, errc::invalid_argument,
-         std::string{role} + " " + std::to_string(rank) +
-           " is not a rank of a group of " +
-           std::to_string(call.grp.world_size()));
+// Refuses the call as its first tensor op (`first`) would be refused: the
+// refusal takes that op's sequence number, so that when only this rank
+// refuses, its next op does not meet the op its peers ran (it paired with
+// it and returned their object as its own; docs/api.md, "Errors only one
+// rank can see").
+[[noreturn]] void refuse(const object_call& call, op_kind first,
+                         const std::string& detail) {
+  auto err = make_error(errc::invalid_argument, where(call) + detail);
+  call.grp.refuse(first, err);
+  throw collective_error{std::move(err)};
 }
 
-void check_peer(const object_call& call, int peer, const char* role) {
-  check_rank(call, peer, role);
+void check_rank(const object_call& call, int rank, const char* role,
+                op_kind first) {
+  if (rank < 0 || rank >= call.grp.world_size())
+    refuse(call, first,
+           std::string{role} + " " + std::to_string(rank) +
+             " is not a rank of a group of " +
+             std::to_string(call.grp.world_size()));
+}
+
+void check_peer(const object_call& call, int peer, const char* role,
+                op_kind first) {
+  check_rank(call, peer, role, first);
   if (peer == call.grp.rank())
-    fail(call, errc::invalid_argument,
-         std::string{role} + " " + std::to_string(peer) +
-           " is the caller itself");
+    refuse(call, first,
+           std::string{role} + " " + std::to_string(peer) +
+             " is the caller itself");
 }
 
 // Splits `flat` (blocks of `stride` bytes, or of each rank's own size for a
@@ -269,7 +283,7 @@ namespace {
 
 std::vector<char> broadcast_exchange(const object_call& call, int root,
                                      encoded_object mine) {
-  check_rank(call, root, "root");
+  check_rank(call, root, "root", op_kind::broadcast);
   bool is_root = call.grp.rank() == root;
   header hdr{0, 0};
   if (is_root) hdr = prepare(mine);
@@ -322,7 +336,7 @@ std::vector<std::vector<char>> allgather_exchange(const object_call& call,
 
 std::vector<std::vector<char>> gather_exchange(const object_call& call,
                                                int root, encoded_object mine) {
-  check_rank(call, root, "root");
+  check_rank(call, root, "root", op_kind::allgather);
   // Every rank learns every size (and every failure), so all of them agree
   // on the counts of the exchange below and on whether to run it at all.
   auto headers = allgather_headers(call, prepare(mine));
@@ -362,7 +376,7 @@ std::vector<std::vector<char>> gather_exchange(const object_call& call,
 
 std::vector<char> scatter_exchange(const object_call& call, int root,
                                    std::vector<encoded_object> parts) {
-  check_rank(call, root, "root");
+  check_rank(call, root, "root", op_kind::broadcast);
   auto world = static_cast<size_t>(call.grp.world_size());
   bool is_root = call.grp.rank() == root;
   // Header from the root: [status, text size, size of part 0, ...].
@@ -446,7 +460,7 @@ std::vector<char> scatter_exchange(const object_call& call, int root,
 }
 
 void send_exchange(const object_call& call, int dst, encoded_object mine) {
-  check_peer(call, dst, "destination");
+  check_peer(call, dst, "destination", op_kind::send);
   auto hdr = prepare(mine);
   send_options opts;
   opts.timeout = call.opts.timeout;
@@ -479,7 +493,7 @@ void send_exchange(const object_call& call, int dst, encoded_object mine) {
 }
 
 std::vector<char> recv_exchange(const object_call& call, int src) {
-  check_peer(call, src, "source");
+  check_peer(call, src, "source", op_kind::recv);
   header hdr{0, 0};
   recv_options opts;
   opts.timeout = call.opts.timeout;
