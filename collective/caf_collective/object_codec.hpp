@@ -117,8 +117,9 @@ inline constexpr size_t writer_token_size = sizeof(uint64_t);
 /// their actors alike).
 uint64_t writer_token(const caf::actor_system* sys) noexcept;
 
-/// Whether reading without a context failed at an actor handle.
-bool holds_actor_handle(const caf::error& failure);
+/// Whether CAF failed to read for want of a context (an actor handle
+/// needs the reader's registry or a proxy).
+bool needs_context(const caf::error& failure);
 
 /// The error for an object of type `type` written by another process or
 /// actor system that holds an actor handle.
@@ -241,11 +242,14 @@ caf::error decode_object(const char* data, size_t size, T& out,
     bounded_deserializer{nullptr, data, writer_token_size}(writer);
     // Reads a T with `ctx`: CAF's failure, or the bytes left over.
     T tmp{};
+    bool wanted_context = false; // the last read failed for want of one
     auto read_with = [&](caf::execution_unit* ctx) -> caf::error {
       tmp = T{};
       bounded_deserializer source{ctx, data + writer_token_size,
                                   size - writer_token_size};
-      if (auto err = source(tmp))
+      auto err = source(tmp);
+      wanted_context = needs_context(err);
+      if (err)
         return make_error(errc::mismatch,
                           describe_codec_failure("deserialize", name, err) +
                             " (" + std::to_string(size) + " bytes)");
@@ -266,7 +270,7 @@ caf::error decode_object(const char* data, size_t size, T& out,
     if (!foreign || std::is_same_v<T, caf::message>) {
       failed = read_with(serialization_context(sys));
     } else if (auto bare = read_with(nullptr)) {
-      if (holds_actor_handle(bare))
+      if (wanted_context)
         failed = foreign_handle_error(name);
       else if (sys == nullptr)
         failed = std::move(bare);

@@ -42,7 +42,9 @@ struct object_options : op_options {
   /// The actor system whose type registry (de)serializes caf::message and
   /// actor handles. Required for caf::message, unused for plain types.
   /// Actor handles move only between ranks of one actor system: one
-  /// written by another process or system fails every rank with mismatch.
+  /// written by another process or system fails every rank with mismatch
+  /// (except inside a caf::message held by another type, and in containers
+  /// or typed handles inside a caf::message: docs/api.md).
   caf::actor_system* system = nullptr;
 };
 

@@ -117,11 +117,9 @@ uint64_t writer_token(const caf::actor_system* sys) noexcept {
          (system * 0xc2b2ae3d27d4eb4fULL);
 }
 
-bool holds_actor_handle(const caf::error& failure) {
-  // read_with renders CAF's error into its text: the codes' names.
-  auto text = render(failure);
-  return text.find("no_context") != std::string::npos ||
-         text.find("no_proxy_registry") != std::string::npos;
+bool needs_context(const caf::error& failure) {
+  return failure == caf::sec::no_context ||
+         failure == caf::sec::no_proxy_registry;
 }
 
 caf::error foreign_handle_error(const std::string& type) {

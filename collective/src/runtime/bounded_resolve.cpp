@@ -1,7 +1,9 @@
 #include "runtime/bounded_resolve.hpp"
 
 #include <condition_variable>
+#include <system_error>
 #include <thread>
+#include <unistd.h>
 
 namespace caf_collective::detail {
 
@@ -29,6 +31,7 @@ std::string failure(int rc) {
 struct bounded_resolver::lookup {
   std::mutex mtx;
   std::condition_variable finished;
+  pid_t pid = 0; // the process whose thread does the lookup
   bool done = false;
   resolved_host result;
 };
@@ -53,26 +56,38 @@ bounded_resolver::resolve(std::chrono::steady_clock::time_point deadline) {
   std::shared_ptr<lookup> job;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (!running_) {
-      running_ = std::make_shared<lookup>();
-      std::thread{[job = running_, host = host_, service = service_,
-                   hints = hints_]() mutable {
-        addrinfo* list = nullptr;
-        int code =
-          ::getaddrinfo(host.c_str(), service_of(service), &hints, &list);
-        std::lock_guard<std::mutex> guard{job->mtx};
-        job->result = code == 0 ? resolved_host{owned(list), {}}
-                                : resolved_host{nullptr, failure(code)};
-        job->done = true;
-        job->finished.notify_all();
-      }}.detach();
+    // A lookup started before a fork has no thread in this process.
+    if (!running_ || running_->pid != ::getpid()) {
+      auto fresh = std::make_shared<lookup>();
+      fresh->pid = ::getpid();
+      try {
+        std::thread{[job = fresh, host = host_, service = service_,
+                     hints = hints_]() mutable {
+          addrinfo* list = nullptr;
+          int code =
+            ::getaddrinfo(host.c_str(), service_of(service), &hints, &list);
+          std::lock_guard<std::mutex> guard{job->mtx};
+          job->result = code == 0 ? resolved_host{owned(list), {}}
+                                  : resolved_host{nullptr, failure(code)};
+          job->done = true;
+          job->finished.notify_all();
+        }}.detach();
+      } catch (const std::system_error& e) {
+        // Out of threads: this attempt fails; the next one tries again.
+        return {nullptr, std::string{"cannot resolve the host: no thread "
+                                     "for the lookup ("} +
+                           e.what() + ")"};
+      }
+      running_ = std::move(fresh);
     }
     job = running_;
   }
   std::unique_lock<std::mutex> lock{job->mtx};
   if (!job->finished.wait_until(lock, deadline, [&] { return job->done; }))
-    return {nullptr, "cannot resolve the host: the resolver did not answer "
-                     "in time (still asking)"};
+    return {nullptr,
+            "cannot resolve the host: the resolver did not answer in time "
+            "(still asking)",
+            true};
   auto result = job->result;
   lock.unlock();
   // Finished: the next call asks again (names may move).

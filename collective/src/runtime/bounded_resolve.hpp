@@ -16,6 +16,7 @@ namespace caf_collective::detail {
 struct resolved_host {
   std::shared_ptr<addrinfo> list;
   std::string why;
+  bool timed_out = false; // the resolver did not answer by the deadline
 };
 
 /// Resolves host names for one peer: at most one lookup runs at a time,

@@ -296,24 +296,6 @@ std::string resolve_hostname(const group_config& cfg) {
   return "127.0.0.1";
 }
 
-// What is wrong with `host` as the address of this rank's Gloo device, or
-// nothing. Checked before Gloo sees it: Gloo's own lookup only treats -1 as
-// a getaddrinfo failure and goes on with an unset result for the others
-// (e.g. EAI_NONAME), which crashed a process under TSan.
-// Bounded by `limit`: a resolver that does not answer fails the formation
-// naming the name, instead of holding it (Gloo's own lookup has no limit).
-std::string host_problem(const std::string& host, milliseconds limit) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  detail::bounded_resolver resolver{host, "", hints};
-  auto found = resolver.resolve(std::chrono::steady_clock::now() + limit);
-  if (!found.list)
-    return found.why + " (this rank's hostname '" + host + "', within " +
-           std::to_string(limit.count()) + " ms)";
-  return {};
-}
-
 // Size of the warm-up message per connection: large enough that Gloo's
 // first send on each connection grows the socket buffers past the sizes
 // at which we saw 88 ms delayed-ACK stalls (16-256 KiB).
@@ -335,13 +317,25 @@ void ignore_sigpipe_once() {
 
 } // namespace
 
+// Whether this rank's hostname resolves, checked before Gloo sees it:
+// Gloo's own lookup only treats -1 as a getaddrinfo failure and goes on
+// with an unset result for the others (e.g. EAI_NONAME), which crashed a
+// process under TSan, and has no deadline. Bounded by the group's timeout:
+// a resolver that does not answer fails the formation with timeout naming
+// the name, instead of holding it.
 caf::error check_gloo_usable(const group_config& cfg) {
-  if (auto problem = host_problem(resolve_hostname(cfg), cfg.timeout);
-      !problem.empty())
-    return make_error(errc::backend_error,
-                      error_context::member(cfg.name, cfg.rank, cfg.world_size),
-                      "forming the group failed: " + problem);
-  return {};
+  auto host = resolve_hostname(cfg);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  detail::bounded_resolver resolver{host, "", hints};
+  auto found = resolver.resolve(std::chrono::steady_clock::now() + cfg.timeout);
+  if (found.list) return {};
+  return make_error(found.timed_out ? errc::timeout : errc::backend_error,
+                    error_context::member(cfg.name, cfg.rank, cfg.world_size),
+                    "forming the group failed: " + found.why +
+                      " (this rank's hostname '" + host + "', within " +
+                      std::to_string(cfg.timeout.count()) + " ms)");
 }
 
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
