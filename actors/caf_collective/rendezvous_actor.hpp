@@ -21,7 +21,9 @@ store_actor spawn_store_actor(caf::actor_system& sys);
 /// A rendezvous_store that sends blocking requests to `store` with every
 /// key prefixed by `prefix` + "/". Call it from lane threads or plain
 /// threads only, never from an actor's handler: each call blocks until the
-/// store answers.
+/// store answers. Waits are bounded to 24 h per call (max_timeout_ms); a
+/// store that does not answer in time is errc::timeout, one that is gone
+/// errc::peer_lost.
 rendezvous_store_ptr make_actor_store(caf::actor_system& sys, store_actor store,
                                       std::string prefix);
 

@@ -1,5 +1,6 @@
 #include "caf_collective/rendezvous_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -94,10 +95,18 @@ class actor_store : public rendezvous_store {
 
   caf::error set(const std::string& key,
                  const std::vector<char>& value) override {
+    return set_within(key, value, std::chrono::seconds{30});
+  }
+
+  // Within `timeout`: the formation's abortable store asks in slices of
+  // 100 ms, and a refusal is told to the other ranks within 1 s; a set to
+  // a store whose node was lost held both for 30 s.
+  caf::error set_within(const std::string& key, const std::vector<char>& value,
+                        std::chrono::milliseconds timeout) override {
     caf::error result;
     caf::scoped_actor self{sys_};
     self
-      ->request(store_, std::chrono::seconds{30}, caf::put_atom::value,
+      ->request(store_, bounded(timeout), caf::put_atom::value,
                 prefix_ + "/" + key, value)
       .receive(
         [](caf::ok_atom) {},
@@ -111,6 +120,7 @@ class actor_store : public rendezvous_store {
     caf::scoped_actor self{sys_};
     // The store answers with its own timeout error; ours is only a backstop
     // for a store that died.
+    timeout = bounded(timeout);
     self
       ->request(store_, timeout + std::chrono::seconds{1}, caf::get_atom::value,
                 prefix_ + "/" + key, static_cast<int64_t>(timeout.count()))
@@ -121,13 +131,25 @@ class actor_store : public rendezvous_store {
   }
 
  private:
+  // At most max_timeout_ms (24 h), at least 0: the clock arithmetic of a
+  // longer wait (milliseconds::max() for "for ever") overflowed into a
+  // deadline in the past, and the get failed at once.
+  static std::chrono::milliseconds bounded(std::chrono::milliseconds timeout) {
+    return std::clamp(timeout, std::chrono::milliseconds{0},
+                      std::chrono::milliseconds{max_timeout_ms});
+  }
+
   // The store actor's own errors as they are; CAF's for a store that did
-  // not answer (died, or a request that timed out) as a timeout naming it.
+  // not answer in time as a timeout naming it, and for a store that is
+  // gone as peer_lost: a timeout made waiting stores ask again at once,
+  // spinning a core until their deadline.
   static caf::error unreachable_or(caf::error err) {
-    if (err == caf::sec::request_timeout ||
-        err == caf::sec::request_receiver_down)
+    if (err == caf::sec::request_timeout)
       return make_error(errc::timeout,
                         "rendezvous store unreachable: " + render(err));
+    if (err == caf::sec::request_receiver_down)
+      return make_error(errc::peer_lost,
+                        "the rendezvous store actor is gone: " + render(err));
     return err;
   }
 

@@ -33,7 +33,8 @@ class rendezvous_store {
 
   /// Waits until `key` exists and returns its value; fails with
   /// errc::timeout naming the key after `timeout`. The stores of this
-  /// library wait at most 100 years (milliseconds::max() waits that long).
+  /// library wait at most 100 years (milliseconds::max() waits that long),
+  /// a store actor's view (make_actor_store) at most 24 h per call.
   virtual caf::expected<std::vector<char>>
   get(const std::string& key, std::chrono::milliseconds timeout) = 0;
 };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <caf_collective/rendezvous_actor.hpp>
 
 #include "member_store.hpp"
+#include "runtime/cancelable_store.hpp"
 
 namespace col = caf_collective;
 using namespace std::chrono_literals;
@@ -941,8 +943,8 @@ TEST_CASE("a member's rendezvous store holds the actor system up until it is "
   CHECK(released.load());
   user.join();
   // The store actor is gone: the call fails cleanly, naming why.
-  CHECK(col::code_of(set_result) == col::errc::timeout);
-  CHECK(contains(col::render(set_result), "unreachable"));
+  CHECK(col::code_of(set_result) == col::errc::peer_lost);
+  CHECK(contains(col::render(set_result), "rendezvous store actor is gone"));
   // A member aborts a group still forming when it terminates (let_go):
   // the group's waits on the store end within a poll, not at the group's
   // 30 s formation deadline (rank 1 never comes).
@@ -968,4 +970,53 @@ TEST_CASE("a member's rendezvous store holds the actor system up until it is "
   // Both hold the system up: released before it.
   made->reset();
   gc.store.reset();
+}
+
+TEST_CASE("a store actor's view keeps its limits: a set within its timeout, "
+          "a get for ever, and a gone store ends waits at once without "
+          "spinning") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{prepare(cfg, 0)};
+  // A store that never answers: a set within 200 ms fails in about that
+  // long (before: 30 s, whatever the caller asked).
+  auto silent = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](caf::put_atom, const std::string&, std::vector<char>&) {
+      return self->make_response_promise<caf::ok_atom>();
+    }};
+  });
+  auto to_silent = col::make_actor_store(sys, silent, "p");
+  auto start = std::chrono::steady_clock::now();
+  auto set = to_silent->set_within("k", {'x'}, 200ms);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK(col::code_of(set) == col::errc::timeout);
+  // A get "for ever" waits (before: milliseconds::max() overflowed and it
+  // failed at once with request_timeout).
+  auto live = col::spawn_store_actor(sys);
+  auto to_live = col::make_actor_store(sys, live, "p");
+  caf::expected<std::vector<char>> got{std::vector<char>{}};
+  std::thread reader{
+    [&] { got = to_live->get("later", std::chrono::milliseconds::max()); }};
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_FALSE(to_live->set("later", {'v'}));
+  reader.join();
+  REQUIRE(got);
+  CHECK(*got == std::vector<char>{'v'});
+  // A store actor that is gone: peer_lost at once, also through the view a
+  // forming group waits on (before: timeout, which that view took for "ask
+  // again" and did, spinning a core until the deadline).
+  caf::anon_send_exit(live, caf::exit_reason::kill);
+  std::this_thread::sleep_for(100ms);
+  std::atomic<bool> cancel{false};
+  auto waiting =
+    col::detail::make_cancelable_store(to_live, &cancel, "unused", 2000ms);
+  start = std::chrono::steady_clock::now();
+  auto cpu_start = std::clock();
+  auto gone = waiting->get("k", 2000ms);
+  auto cpu = std::clock() - cpu_start;
+  CHECK(std::chrono::steady_clock::now() - start < 1500ms);
+  CHECK(cpu < CLOCKS_PER_SEC / 2);
+  REQUIRE_FALSE(gone);
+  CHECK(col::code_of(gone.error()) == col::errc::peer_lost);
+  CHECK(contains(col::render(gone.error()), "rendezvous store actor is gone"));
+  caf::anon_send_exit(silent, caf::exit_reason::kill);
 }
