@@ -29,7 +29,12 @@ caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
                        const std::string& name, client_timeout timeout);
 
 /// Declares a group over existing member actors, ranks by list order, and
-/// waits until it is formed.
+/// waits until it is formed. `timeout` is the formation's; this call waits
+/// up to 5 s longer for the driver's answer, which names the ranks that
+/// never registered or did not form (the driver gives its members its grace
+/// beyond the timeout). Every blocking call here that runs out of time
+/// fails with errc::timeout naming the group (and op), not CAF's bare
+/// request_timeout.
 caf::error declare_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::string& name,
                          const std::vector<member_actor>& members,

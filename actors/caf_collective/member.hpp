@@ -41,7 +41,8 @@ inline caf::behavior with_member_protocol(caf::behavior user,
 
 /// Spawns an actor running `fun(self, xs...)`'s behavior plus the member
 /// protocol, member of every group in `groups` from its first message on.
-/// `fun` returns a caf::behavior (possibly empty).
+/// `fun` returns a caf::behavior (possibly empty). It must not set a down
+/// handler: the protocol's (its driver's loss) would be replaced.
 template<class Fun, class... Ts>
 member_actor spawn_member(caf::actor_system& sys, driver_actor driver,
                           std::vector<membership> groups, Fun fun, Ts... xs) {

@@ -168,16 +168,41 @@ lost_object_request(const object_ref& ref, const char* request,
 /// (docs/benchmarks.md, driver round trip). An answer arriving after the
 /// timeout stays unread in the mailbox.
 template<class Handle, class OnResult, class... Ts>
-caf::error blocking_request(caf::scoped_actor& self, const Handle& dest,
-                            std::optional<std::chrono::milliseconds> timeout,
-                            const error_context& where, OnResult on_result,
-                            Ts&&... xs) {
+caf::error
+blocking_request_raw(caf::scoped_actor& self, const Handle& dest,
+                     std::optional<std::chrono::milliseconds> timeout,
+                     const error_context& where, OnResult on_result,
+                     Ts&&... xs) {
   auto pending = self->request(dest, caf::infinite, std::forward<Ts>(xs)...);
   return await_answer(self, caf::actor_cast<caf::strong_actor_ptr>(dest),
                       pending.id(), timeout, std::move(on_result),
                       [&](const caf::error& reason) {
                         return gone_before_answer(where, reason);
                       });
+}
+
+/// CAF's bare request_timeout of a blocking call as a timeout naming
+/// `where` and the wait; any other result as it is.
+inline caf::error
+named_timeout(caf::error err, const error_context& where,
+              std::optional<std::chrono::milliseconds> limit) {
+  if (err != caf::sec::request_timeout || !limit) return err;
+  return make_error(errc::timeout, where,
+                    "no answer within " + std::to_string(limit->count()) +
+                      " ms (the actor asked is busy, or its answer comes "
+                      "later than the caller waits)");
+}
+
+/// blocking_request_raw, with a timeout that names `where`.
+template<class Handle, class OnResult, class... Ts>
+caf::error blocking_request(caf::scoped_actor& self, const Handle& dest,
+                            std::optional<std::chrono::milliseconds> timeout,
+                            const error_context& where, OnResult on_result,
+                            Ts&&... xs) {
+  return named_timeout(blocking_request_raw(self, dest, timeout, where,
+                                            std::move(on_result),
+                                            std::forward<Ts>(xs)...),
+                       where, timeout);
 }
 
 /// Runs op `req` through blocking_request.

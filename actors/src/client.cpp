@@ -27,6 +27,12 @@ caf::error ok_or_error(caf::scoped_actor& self, const caf::actor& dest,
     self, dest, timeout, where, [](caf::ok_atom) {}, std::forward<Ts>(xs)...);
 }
 
+// How much longer than a declaration's own timeout its client waits: the
+// driver answers a formation that failed after that timeout and its grace
+// (200 ms by default), naming the ranks; a client that stopped waiting at
+// the timeout itself got a bare timeout instead.
+constexpr client_timeout declare_answer_margin{5000};
+
 } // namespace
 
 caf::expected<op_result> run_op(caf::scoped_actor& self,
@@ -47,14 +53,17 @@ caf::error await_group(caf::scoped_actor& self, const driver_actor& driver,
   for (;;) {
     auto left =
       std::chrono::duration_cast<client_timeout>(deadline - clock::now());
-    auto err = ok_or_error(self, driver, std::max(left, client_timeout{1}),
-                           about(name), wait_atom::value, name);
+    // Raw: the bare request_timeout tells the caller's limit from the
+    // driver's own timeout answer below.
+    auto err = detail::blocking_request_raw(
+      self, driver, std::max(left, client_timeout{1}), about(name),
+      [](caf::ok_atom) {}, wait_atom::value, name);
     // A later ask may run out of time before the driver answers (a pause
     // that overslept on a loaded machine leaves it a millisecond): the
     // driver's answer to the ask before says more than the bare timeout.
     if (err == caf::sec::request_timeout && unknown) return unknown;
     if (code_of(err) != errc::unknown_group || clock::now() + pause >= deadline)
-      return err;
+      return detail::named_timeout(std::move(err), about(name), timeout);
     unknown = std::move(err);
     std::this_thread::sleep_for(pause);
   }
@@ -64,8 +73,8 @@ caf::error declare_group(caf::scoped_actor& self, const driver_actor& driver,
                          const std::string& name,
                          const std::vector<member_actor>& members,
                          const std::string& backend, client_timeout timeout) {
-  return ok_or_error(self, driver, timeout, about(name), declare_atom::value,
-                     name, members, backend,
+  return ok_or_error(self, driver, timeout + declare_answer_margin, about(name),
+                     declare_atom::value, name, members, backend,
                      static_cast<int64_t>(timeout.count()));
 }
 

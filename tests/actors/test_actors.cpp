@@ -417,6 +417,35 @@ TEST_CASE("a member killed mid-op: the client and every survivor get "
   REQUIRE(again);
 }
 
+TEST_CASE("a declaration that fails at its deadline answers with the "
+          "driver's error naming the rank - a blocking call that runs out of "
+          "time names its group") {
+  // Before: declare_group waited exactly the formation timeout, the driver
+  // answered after it and its grace, so the client got CAF's bare
+  // request_timeout, naming nothing (helper-60).
+  fixture f;
+  auto member = col::spawn_member(f.sys, f.driver, {});
+  // Takes every message and answers none, as a proxy of a lost node.
+  auto silent = f.sys.spawn([](caf::event_based_actor* self) {
+    self->set_default_handler(caf::skip);
+    return caf::behavior{[](int32_t) {}};
+  });
+  f.actors.push_back(member);
+  f.actors.push_back(silent);
+  caf::scoped_actor self{f.sys};
+  auto err = col::declare_group(self, f.driver, "half-declared",
+                                {member, silent}, "auto", 1s);
+  CHECK(col::code_of(err) == col::errc::timeout);
+  CHECK(contains(text(err), "ranks [1] never registered"));
+  CHECK(contains(text(err), "group 'half-declared'"));
+  // A status request to an actor that never answers.
+  auto st = col::status_of(self, silent, "half-declared", 200ms);
+  REQUIRE(!st);
+  CHECK(col::code_of(st.error()) == col::errc::timeout);
+  CHECK(contains(text(st.error()), "group 'half-declared'"));
+  CHECK(contains(text(st.error()), "no answer within 200 ms"));
+}
+
 TEST_CASE("members of a destroyed group whose handles are dropped end - the "
           "driver keeps no member alive") {
   // Before (9a3e19b, for a day): the driver kept a handle of every member
