@@ -27,10 +27,10 @@ namespace {
 const std::string helper = CAF_COLLECTIVE_TCP_STORE_PROCESS;
 const std::string secret = "s3cret-for-this-test-only";
 
-/// Starts `args` with stderr sent to `log` (the server's log, checked by
-/// the refusal tests).
-pid_t spawn_logged(std::vector<std::string> args, const std::string& log) {
-  args.insert(args.begin(), helper);
+/// Starts `exe` with `args` (argv[1...]) and stderr sent to `log`.
+pid_t spawn_logged(const std::string& exe, std::vector<std::string> args,
+                   const std::string& log) {
+  args.insert(args.begin(), exe);
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -41,10 +41,16 @@ pid_t spawn_logged(std::vector<std::string> args, const std::string& log) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
   int rc =
-    posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   REQUIRE(rc == 0);
   return pid;
+}
+
+/// The helper process with `args` and stderr sent to `log` (the server's
+/// log, checked by the refusal tests).
+pid_t spawn_logged(std::vector<std::string> args, const std::string& log) {
+  return spawn_logged(helper, std::move(args), log);
 }
 
 std::string read_file(const std::filesystem::path& path) {
@@ -293,26 +299,12 @@ class stalled_resolver {
       "-m",  "sh",  "-c", "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
       conf_, helper};
     all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv{const_cast<char*>("/usr/bin/unshare")};
-    for (auto& a : all)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
     outcome result;
     auto start = std::chrono::steady_clock::now();
-    if (::posix_spawn(&pid, "/usr/bin/unshare", &actions, nullptr, argv.data(),
-                      environ) == 0)
-      result.code = test::wait_process(pid, 60s);
-    posix_spawn_file_actions_destroy(&actions);
+    auto pid = spawn_logged("/usr/bin/unshare", std::move(all), log);
+    result.code = test::wait_process(pid, 60s);
     result.took = std::chrono::steady_clock::now() - start;
-    std::ifstream in{log};
-    std::stringstream text;
-    text << in.rdbuf();
-    result.log = text.str();
+    result.log = read_file(log);
     return result;
   }
 
