@@ -35,8 +35,8 @@ struct driver_config {
 /// - op_request -> op_result, or one error naming ranks: invalid_argument
 ///   (also for enum values outside their enums, timeouts outside
 ///   [0, max_timeout_ms], one object named for two ranks of an in-place op
-///   and counts whose sum does not fit), mismatch, unknown_object, unsupported (refused
-///   before any data moves and before a sequence number is taken),
+///   and counts whose sum does not fit), mismatch, unknown_object, unsupported
+///   (refused before any data moves and before a sequence number is taken),
 ///   peer_lost, timeout, aborted (the group is broken), unknown_group.
 /// - (col_status, name) -> group_status, its `backend` the one every rank
 ///   got once formed ("auto" resolved: shm on one host, else gloo)
