@@ -149,10 +149,7 @@ void on_register(driver_ptr self, const caf::actor& member, membership& m,
   g.nodes[m.rank] = std::move(node);
   self->send(member, grace_atom::value,
              static_cast<int64_t>(self->state.grace.count()));
-  if (self->state.monitored
-        .emplace(member.address(),
-                 driver_state::known_member{g.nodes[m.rank], member.address()})
-        .second)
+  if (self->state.monitored.emplace(member.address(), g.nodes[m.rank]).second)
     self->monitor(member);
   for (auto& x : g.members)
     if (!x) return;

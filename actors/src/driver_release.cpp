@@ -13,15 +13,12 @@ namespace caf_collective::detail {
 
 namespace {
 
-// A member the driver knows on `node`, or null: one of a group first, else
-// any it still monitors (its group destroyed, the member alive).
+// A live member the driver monitors on `node` (every registered member,
+// also one whose group was destroyed), or null.
 caf::actor member_on(const driver_state& st, const std::string& node) {
-  for (auto& [name, g] : st.groups)
-    for (size_t r = 0; r < g.nodes.size(); ++r)
-      if (g.nodes[r] == node && g.members[r]) return g.members[r];
-  for (auto& [addr, known] : st.monitored)
-    if (known.node == node)
-      if (auto member = caf::actor_cast<caf::actor>(known.addr)) return member;
+  for (auto& [addr, its_node] : st.monitored)
+    if (its_node == node)
+      if (auto member = caf::actor_cast<caf::actor>(addr)) return member;
   return nullptr;
 }
 

@@ -116,14 +116,10 @@ struct driver_state {
   std::map<std::string, group_entry> groups;
   /// Every member the driver monitors (from its registration until it
   /// dies), with its node: a member whose group was destroyed still
-  /// reaches that node's store for a release or a hand-over.
-  /// (An address, not a handle: a member holds its driver, so a handle
-  /// here kept the members of destroyed groups, and the driver, alive.)
-  struct known_member {
-    std::string node;
-    caf::actor_addr addr;
-  };
-  std::map<caf::actor_addr, known_member> monitored;
+  /// reaches that node's store for a release or a hand-over. (Addresses,
+  /// not handles: a member holds its driver, so a handle here kept the
+  /// members of destroyed groups, and the driver, alive.)
+  std::map<caf::actor_addr, std::string> monitored;
   driver_timing timing;
   // The driver itself, for its exit reason when the state is destroyed.
   const caf::local_actor* owner = nullptr;

@@ -44,8 +44,10 @@ caf::expected<backend_ptr> make_auto_backend(const group_config& cfg,
   auto chosen = cfg;
   chosen.backend = one_host ? "shm" : "gloo";
   chosen.timeout = std::max(milliseconds{1}, time_left(deadline));
-  return one_host ? shm::make_shm_backend(chosen, cancel)
-                  : make_gloo_backend(chosen, op_timeout);
+  if (one_host) return shm::make_shm_backend(chosen, cancel);
+  // make_backend checked only what "auto" needs; Gloo needs more.
+  if (auto err = check_gloo_usable(chosen)) return err;
+  return make_gloo_backend(chosen, op_timeout);
 }
 
 // What this rank can tell alone, before it waits for the others: an

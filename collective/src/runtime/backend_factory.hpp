@@ -36,9 +36,10 @@ void tell_followers_of_refusal(const group_config& cfg, const caf::error& why);
 caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
                                              milliseconds op_timeout);
 
-/// What make_gloo_backend checks before it touches the store: that this
-/// rank's hostname resolves. make_backend asks it before the ranks wait for
-/// each other, so its peers learn of it at once.
+/// What must hold before make_gloo_backend: that this rank's hostname
+/// resolves (within cfg.timeout). Asked once per formation: by make_backend
+/// for "gloo" before the ranks wait for each other, so its peers learn of
+/// it at once, and for "auto" once it chose Gloo.
 caf::error check_gloo_usable(const group_config& cfg);
 
 #if CAF_COLLECTIVE_HAVE_NCCL

@@ -343,8 +343,6 @@ caf::expected<backend_ptr> make_gloo_backend(const group_config& cfg,
   // Formation is no operation: the context names group and rank only.
   auto where = error_context::member(cfg.name, cfg.rank, cfg.world_size);
   ignore_sigpipe_once();
-  // Also when make_backend asked already: "auto" comes here without it.
-  if (auto err = check_gloo_usable(cfg)) return err;
   auto host = resolve_hostname(cfg);
   auto deadline = std::chrono::steady_clock::now() + cfg.timeout;
   gloo_store_adapter adapter{make_prefix_store("gloo/" + cfg.name, cfg.store),
