@@ -167,10 +167,15 @@ void on_member_down(driver_ptr self, const caf::down_msg& dm) {
     bool forming = g.state == group_state::forming;
     auto one = lost.size() == 1;
     auto rank = one ? lost[0] : -1;
+    // A lost node is named (CAF's id holds its host and pid): which
+    // process went is what the user looks for first.
+    bool node_lost = dm.reason == caf::exit_reason::remote_link_unreachable &&
+                     dm.source.node() != self->node();
     auto what =
       (one ? "rank " + std::to_string(rank) : "ranks " + list_ranks(lost)) +
-      " died (" + render(dm.reason) + ")" +
-      (forming ? " before the group was formed" : "");
+      " died (" + render(dm.reason) +
+      (node_lost ? ": node " + g.nodes[lost[0]] + " is unreachable" : "") +
+      ")" + (forming ? " before the group was formed" : "");
     // A death concerns every pending op alike: each answer names its own
     // op and seq, the group's reason none.
     auto for_op = [&](const pending_op& op, int64_t seq) {

@@ -208,11 +208,15 @@ void on_formation_deadline(driver_ptr self, const std::string& name,
   }
   std::string detail =
     "group not formed within " + std::to_string(g.timeout_ms) + " ms:";
-  if (!absent.empty())
+  // Init goes out only once every rank registered: while one is absent,
+  // the registered ranks were never asked to form and are not to blame.
+  if (!absent.empty()) {
     detail += " ranks " + list_ranks(absent) + " never registered";
-  if (!unready.empty())
-    detail += (absent.empty() ? " ranks " : "; ranks ") + list_ranks(unready) +
-              " did not report ready";
+    if (!unready.empty())
+      detail += " (ranks " + list_ranks(unready) +
+                " registered and waited for them)";
+  } else if (!unready.empty())
+    detail += " ranks " + list_ranks(unready) + " did not report ready";
   break_group(self, g, group_error(errc::timeout, g, detail), true);
 }
 

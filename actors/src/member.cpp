@@ -368,19 +368,26 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
   // start, form or abort them any more. Groups whose members run their own
   // ops keep running once formed.
   self->monitor(driver);
-  self->set_down_handler([self, st, fail_all](caf::down_msg& dm) {
+  self->set_down_handler([self, st](caf::down_msg& dm) {
     if (dm.source != st->driver.address()) return;
     for (auto& [name, g] : st->groups) {
       g.held.reset(); // its start will never come
       bool needs_driver = !g.grp || g.m.ops_from == op_source::driver;
       if (g.state == "broken" || g.state == "failed" || !needs_driver) continue;
-      auto err = make_error(errc::peer_lost, "group '" + name +
-                                               "': its driver is gone (" +
-                                               render(dm.reason) + ")");
+      auto why = "its driver is gone (" + render(dm.reason) + ")";
       g.state = "broken";
-      g.reason = err;
-      if (g.grp) group::abort_off_thread(g.grp, render(err));
-      fail_all(g, err);
+      g.reason = make_error(errc::peer_lost,
+                            error_context::member(name, g.m.rank,
+                                                  g.m.world_size),
+                            why);
+      if (g.grp) group::abort_off_thread(g.grp, render(g.reason));
+      // Each waiting op's error names that op, as its other failures do.
+      for (auto& [key, op] : g.ops) {
+        auto where = context_of(g, op.plan.op);
+        if (op.job) where.op = -1; // an object op: no one op kind
+        op.fail(make_error(errc::peer_lost, where, why), self->context());
+      }
+      g.ops.clear();
     }
   });
   auto join = [self, st, node, fail_all](membership m) {

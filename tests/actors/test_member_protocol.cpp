@@ -357,6 +357,9 @@ TEST_CASE("member path: the driver's loss fails the ops waiting for the "
   REQUIRE(out->answers == 1);
   CHECK(col::code_of(out->err) == col::errc::peer_lost);
   CHECK(contains(col::render(out->err), "its driver is gone"));
+  // It names the op that waited and this member's rank.
+  CHECK(contains(col::render(out->err), "group 'lost-driver' allreduce"));
+  CHECK(contains(col::render(out->err), "rank 0/2"));
   f.go(m, "lost-driver", {1});
   REQUIRE(out->answers == 2);
   CHECK(contains(col::render(out->err), "its driver is gone"));

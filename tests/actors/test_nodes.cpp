@@ -824,7 +824,8 @@ TEST_CASE("a node holding ranks 0 and 1 killed mid-op: the client's "
   auto pending = f.self->request(
     f.driver, 30s, col::op_request{"nodes", col::op_kind::allreduce, xs, {}});
   std::this_thread::sleep_for(500ms);
-  kill(f.nodes[0], SIGKILL);
+  auto killed = f.nodes[0];
+  kill(killed, SIGKILL);
   caf::error err;
   pending.receive([](col::op_result&) {}, [&](caf::error& e) { err = e; });
   auto elapsed = std::chrono::steady_clock::now() - t0;
@@ -835,6 +836,8 @@ TEST_CASE("a node holding ranks 0 and 1 killed mid-op: the client's "
   INFO(text);
   CHECK(col::code_of(err) == col::errc::peer_lost);
   CHECK(contains(text, "ranks [0, 1] died"));
+  // The lost node is named: CAF's node id ends in its process id.
+  CHECK(contains(text, "#" + std::to_string(killed) + " is unreachable"));
   CHECK(contains(text, "allreduce seq 0"));
   CHECK(elapsed < 7s);
   auto st = col::status_of(f.self, f.members[2], "nodes", 10s);
