@@ -12,6 +12,10 @@
 //   gloo-host <hostname> <timeout ms>
 //       forms a Gloo group of one rank whose device uses <hostname>; prints
 //       the seconds it took
+//   env-rank0 <host> <timeout ms>
+//       rank 0 of two forming a Gloo group from a torchrun-style
+//       environment whose MASTER_ADDR is <host> (rank 0 serves the store
+//       there); prints the seconds it took
 //   rank <port> <secret> <run> <world> <rank> <timeout ms>
 //       joins group "tcp" through the store at 127.0.0.1:<port>, checks an
 //       allreduce and a broadcast
@@ -229,6 +233,27 @@ int main(int argc, char** argv) {
     try {
       col::init_collective_group(1, 0, "gloo", "gloo-host", opts);
     } catch (const col::collective_error& e) {
+      code = exit_code_of(e.error());
+    }
+    std::chrono::duration<double> took =
+      std::chrono::steady_clock::now() - start;
+    std::fprintf(stderr, "took %.1f s\n", took.count());
+    return code;
+  }
+  if (mode == "env-rank0" && argc == 4) {
+    ::setenv("MASTER_ADDR", argv[2], 1);
+    ::setenv("MASTER_PORT", "29400", 1);
+    ::setenv("RANK", "0", 1);
+    ::setenv("WORLD_SIZE", "2", 1); // one rank alone needs no store
+    ::setenv("CAF_COLLECTIVE_SECRET", "env-rank0", 1);
+    col::init_options opts;
+    opts.timeout = std::chrono::milliseconds{std::atol(argv[3])};
+    auto start = std::chrono::steady_clock::now();
+    int code = 0;
+    try {
+      col::init_collective_group_from_env("gloo", "env-rank0", opts);
+    } catch (const col::collective_error& e) {
+      std::fprintf(stderr, "%s\n", col::render(e.error()).c_str());
       code = exit_code_of(e.error());
     }
     std::chrono::duration<double> took =

@@ -346,6 +346,18 @@ TEST_CASE("a host name the resolver never answers fails at the deadline - "
         std::string::npos);
   CHECK(rank.log.find("rank.stalled-resolver.test") != std::string::npos);
   CHECK(rank.took < 6s);
+  // Rank 0 of a launcher's environment serves the store at MASTER_ADDR:
+  // before, its loopback check and its bind each looked the name up
+  // without a deadline (10 s each here).
+  auto served = dns.run({"env-rank0", "master.stalled-resolver.test", "1000"});
+  INFO(served.log);
+  CHECK(served.code == 4); // timeout
+  CHECK(served.log.find("rank 0 serves the TCP store at "
+                        "'master.stalled-resolver.test' (from MASTER_ADDR") !=
+        std::string::npos);
+  CHECK(served.log.find("the resolver did not answer within 1000 ms") !=
+        std::string::npos);
+  CHECK(served.took < 6s);
 }
 
 TEST_CASE("a client retries until a server that starts late is up") {

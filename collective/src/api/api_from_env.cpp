@@ -3,6 +3,8 @@
 // it gives.
 #include "caf_collective/launch.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -12,54 +14,77 @@
 #include <sys/socket.h>
 
 #include "caf_collective/error.hpp"
+#include "runtime/bounded_resolve.hpp"
 
 namespace caf_collective {
 
 namespace {
 
-// Whether `host` is a name (not an address, not "localhost") that this
-// machine resolves to loopback addresses only.
-bool name_of_loopback(const std::string& host) {
-  if (host == "localhost") return false;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* numeric = nullptr;
-  hints.ai_flags = AI_NUMERICHOST;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &numeric) == 0) {
-    ::freeaddrinfo(numeric);
-    return false; // an address: bound as given
-  }
-  hints.ai_flags = 0;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
-  bool all_loopback = found != nullptr;
-  for (auto* ai = found; ai != nullptr; ai = ai->ai_next) {
-    if (ai->ai_family == AF_INET) {
-      auto* in = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
-      all_loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    } else if (ai->ai_family == AF_INET6) {
-      auto* in6 = reinterpret_cast<sockaddr_in6*>(ai->ai_addr);
-      all_loopback &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
-    }
-  }
-  ::freeaddrinfo(found);
-  return all_loopback;
+using std::chrono::milliseconds;
+
+// Whether `host` is an IPv4 or IPv6 address rather than a name.
+bool is_address(const std::string& host) {
+  in6_addr any{};
+  return ::inet_pton(AF_INET, host.c_str(), &any) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), &any) == 1;
 }
 
-// Where rank 0's server listens for the store's address `host`: what it
-// names, except for a host name that resolves to loopback here (Debian's
-// /etc/hosts maps the machine's own name to 127.0.1.1) while the other
-// hosts reach it at another address: binding that would shut them out,
-// so the server takes every IPv4 interface then. Clients still connect
-// to `host`.
-std::string listen_host(const std::string& host) {
-  return name_of_loopback(host) ? "0.0.0.0" : host;
+// Whether every address of `list` is a loopback address.
+bool all_loopback(const addrinfo* list) {
+  bool result = list != nullptr;
+  for (auto* ai = list; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      auto* in = reinterpret_cast<const sockaddr_in*>(ai->ai_addr);
+      result &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (ai->ai_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<const sockaddr_in6*>(ai->ai_addr);
+      result &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
+    }
+  }
+  return result;
+}
+
+// Where rank 0's server may listen for the store's address `addr.host`,
+// as numeric addresses to try in turn, resolved within `timeout`
+// (getaddrinfo has no deadline: a resolver that does not answer held rank
+// 0 for its own timeouts, twice). What the host names, except for a host
+// name that resolves to loopback here (Debian's /etc/hosts maps the
+// machine's own name to 127.0.1.1) while the other hosts reach it at
+// another address: binding that would shut them out, so the server takes
+// every IPv4 interface then. Clients still connect to the host as named.
+caf::expected<std::vector<std::string>> listen_hosts(const store_address& addr,
+                                                     milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  detail::bounded_resolver resolver{addr.host, {}, hints};
+  auto found = resolver.resolve(std::chrono::steady_clock::now() + timeout);
+  if (!found.list)
+    return make_error(found.timed_out ? errc::timeout : errc::invalid_argument,
+                      "rank 0 serves the TCP store at '" + addr.host +
+                        "' (from " + addr.origin + ") but " +
+                        (found.timed_out
+                           ? "the resolver did not answer within " +
+                               std::to_string(timeout.count()) + " ms"
+                           : found.why));
+  bool is_name = addr.host != "localhost" && !is_address(addr.host);
+  if (is_name && all_loopback(found.list.get()))
+    return std::vector<std::string>{"0.0.0.0"};
+  std::vector<std::string> hosts;
+  for (auto* ai = found.list.get(); ai != nullptr; ai = ai->ai_next) {
+    char text[NI_MAXHOST];
+    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr,
+                      0, NI_NUMERICHOST) == 0 &&
+        std::find(hosts.begin(), hosts.end(), text) == hosts.end())
+      hosts.emplace_back(text);
+  }
+  return hosts;
 }
 
 // Servers this process runs, by address: one per address however many
 // groups are formed over it, alive until the process exits (members of a
 // later group may still need them).
-caf::error serve_once(const store_address& addr) {
+caf::error serve_once(const store_address& addr, milliseconds timeout) {
   static std::mutex mtx;
   static std::map<std::pair<std::string, uint16_t>,
                   std::unique_ptr<tcp_store_server>>
@@ -67,16 +92,23 @@ caf::error serve_once(const store_address& addr) {
   std::lock_guard<std::mutex> guard{mtx};
   auto& slot = servers[{addr.host, addr.port}];
   if (slot) return {};
-  auto started =
-    tcp_store_server::start(listen_host(addr.host), addr.port, addr.secret);
-  if (!started)
-    return make_error(code_of(started.error()),
-                      "rank 0 serves the TCP store (from " + addr.origin +
-                        ") but cannot: " + render(started.error()) +
-                        " (set CAF_COLLECTIVE_STORE_SERVER=external if "
-                        "another process serves it)");
-  slot = std::move(*started);
-  return {};
+  auto hosts = listen_hosts(addr, timeout);
+  if (!hosts) return hosts.error();
+  caf::error why =
+    make_error(errc::invalid_argument, "'" + addr.host + "' names no address");
+  for (const auto& host : *hosts) {
+    auto started = tcp_store_server::start(host, addr.port, addr.secret);
+    if (started) {
+      slot = std::move(*started);
+      return {};
+    }
+    why = started.error();
+  }
+  return make_error(code_of(why),
+                    "rank 0 serves the TCP store (from " + addr.origin +
+                      ") but cannot: " + render(why) +
+                      " (set CAF_COLLECTIVE_STORE_SERVER=external if "
+                      "another process serves it)");
 }
 
 } // namespace
@@ -89,7 +121,7 @@ open_store(const store_address& addr, int rank,
     case store_address::kind_t::file: return make_file_store(addr.directory);
     case store_address::kind_t::tcp: {
       if (rank == 0 && addr.rank0_serves)
-        if (auto err = serve_once(addr)) return err;
+        if (auto err = serve_once(addr, timeout)) return err;
       tcp_store_options opts;
       opts.host = addr.host;
       opts.port = addr.port;
