@@ -229,7 +229,8 @@ class group : public std::enable_shared_from_this<group> {
   /// op's sequence number all the same, so that when its peers ran the op,
   /// this rank's next op does not meet theirs (it would pair with it and
   /// mix their data); the ranks then fail instead (Gloo: timeout, shm: out
-  /// of step). Returns a work completed with `why`.
+  /// of step). Returns a work completed with `why` under that number; the
+  /// op history lists the call as failed.
   work refuse(op_kind op, caf::error why);
 
   /// This member's last operations of this group (at most 16), oldest

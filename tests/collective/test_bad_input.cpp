@@ -910,3 +910,57 @@ TEST_CASE("the op history tells what each rank ran before a timeout") {
   REQUIRE(seen[1].size() == 2);
   CHECK(seen[1][1].state == phase::done);
 }
+
+TEST_CASE("a refused call shows in the op history as the op that put the "
+          "ranks out of step") {
+  // Before: the refused call took its sequence number but left no record,
+  // so comparing the ranks' recent ops showed no cause.
+  auto store = col::make_in_process_store();
+  std::vector<std::vector<col::op_record>> seen(2);
+  std::vector<uint64_t> refused_seq(2, 99);
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "refused-history",
+                               test::group_options(store, 30s));
+    std::vector<float> in(8, 1.0f);
+    std::vector<float> out(4); // too small for an allreduce of 8
+    auto w = col::allreduce_async(col::view_of(in), col::view_of(out),
+                                  "refused-history");
+    auto err = w.wait();
+    log.expect(col::code_of(err) == col::errc::invalid_argument,
+               "allreduce into a short output: " + col::render(err));
+    refused_seq[rank] = w.seq();
+    seen[rank] = col::get_group("refused-history")->recent_ops();
+  });
+  test::check_ranks(results);
+  using phase = col::op_record::phase;
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    INFO(col::describe(seen[rank]));
+    REQUIRE(seen[rank].size() == 1);
+    CHECK(seen[rank][0].seq == 0);
+    CHECK(seen[rank][0].op == col::op_kind::allreduce);
+    CHECK(seen[rank][0].state == phase::failed);
+    CHECK(seen[rank][0].failure == col::errc::invalid_argument);
+    // The handle carries the number the refusal took.
+    CHECK(refused_seq[rank] == 0);
+  }
+}
+
+TEST_CASE("wait_for with a timeout near its type's maximum waits for the op") {
+  // Before: now() + timeout overflowed and wait_for returned false at once
+  // while the op still ran.
+  auto store = col::make_in_process_store();
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "gloo", "wait-for-ever",
+                               test::group_options(store, 30s));
+    std::vector<float> x(16, static_cast<float>(rank + 1));
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    auto w = col::allreduce_async(col::view_of(x), "wait-for-ever");
+    log.expect(w.wait_for(col::milliseconds::max()),
+               "wait_for(max) returned before the op finished");
+    log.expect(w.ready(), "the op is not ready after wait_for(max)");
+    log.expect(x[0] == 3.0f, "allreduce gave " + std::to_string(x[0]));
+    col::destroy_collective_group("wait-for-ever");
+  });
+  test::check_ranks(results);
+}

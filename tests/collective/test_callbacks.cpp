@@ -197,3 +197,50 @@ TEST_CASE("destroying a group from a completion callback on its own lane "
                "allreduce after re-forming gave " + std::to_string(x[0]));
   });
 }
+
+TEST_CASE("a callback run on another rank's thread cannot reach that rank's "
+          "groups by name: it is refused naming the group handle") {
+  // Ranks are threads with member scopes. Rank 1 arrives last through a
+  // blocking allreduce and, in shm, finishes rank 0's started op on its own
+  // thread, running rank 0's callback there. By-name calls in it resolved
+  // in rank 1's table: get_rank said 1, an async allreduce joined rank 1's
+  // group (rank 0 got rank 1's sum as success), and a destroy drained the
+  // lane the thread itself held (a hang).
+  auto store = col::make_in_process_store();
+  std::atomic<bool> on_other_thread{false};
+  std::string by_name; // what the by-name calls in the callback did
+  auto results = test::run_threads(2, [&](int rank, rank_log& log) {
+    col::init_collective_group(2, rank, "shm", "foreign_cb",
+                               test::group_options(store, 10s));
+    std::vector<float> x(16, static_cast<float>(rank + 1));
+    if (rank == 0) {
+      auto w = col::allreduce_async(col::view_of(x), "foreign_cb");
+      auto caller = std::this_thread::get_id();
+      w.on_complete([&, caller](const caf::error&) {
+        on_other_thread = std::this_thread::get_id() != caller;
+        try {
+          by_name = "get_rank " + std::to_string(col::get_rank("foreign_cb"));
+        } catch (const col::collective_error& e) {
+          by_name = e.what();
+        }
+      });
+      log.expect(!w.wait(), "rank 0's allreduce failed");
+    } else {
+      std::this_thread::sleep_for(late_peer);
+      col::allreduce(col::view_of(x), "foreign_cb");
+    }
+    log.expect(x[0] == 3.0f, "allreduce gave " + std::to_string(x[0]));
+    // Both groups are intact and usable by name on their own threads.
+    log.expect(col::get_rank("foreign_cb") == rank, "get_rank changed");
+    col::barrier("foreign_cb");
+    col::destroy_collective_group("foreign_cb");
+  });
+  test::check_ranks(results);
+  INFO(by_name);
+  // Otherwise rank 0's callback ran on its own thread and proved nothing.
+  REQUIRE(on_other_thread);
+  CHECK(by_name.find("group 'foreign_cb' named from a completion callback "
+                     "that runs on a thread acting for another member") !=
+        std::string::npos);
+  CHECK(by_name.find("get_group") != std::string::npos);
+}

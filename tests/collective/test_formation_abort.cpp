@@ -216,6 +216,66 @@ TEST_CASE("destroy_collective_group from another thread ends a formation "
   }
 }
 
+TEST_CASE("a destroy that comes while init is still making the group ends "
+          "that init too - and a second init of the name says it is being "
+          "initialized") {
+  // Between reserving the name and making the group (its lanes start
+  // there) init had nothing a destroy could abort: the destroy said
+  // unknown_group and the init waited for its whole timeout.
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    auto name = "destroyed-early-" + std::to_string(round);
+    auto store = col::make_in_process_store();
+    caf::error init_err;
+    auto start = clock_type::now();
+    std::thread init{[&] {
+      try {
+        // Rank 1 never comes.
+        col::init_collective_group(2, 0, "gloo", name,
+                                   test::group_options(store, 20s));
+      } catch (const col::collective_error& e) {
+        init_err = e.error();
+      }
+    }};
+    // A probe that cannot form (world size 0) learns when the name is
+    // reserved: from then on a second init is told it is being initialized.
+    std::string probe;
+    bool reserved = false;
+    while (!reserved && clock_type::now() - start < 10s) {
+      try {
+        col::init_collective_group(0, 0, "gloo", name,
+                                   test::group_options(store, 1s));
+      } catch (const col::collective_error& e) {
+        probe = col::render(e.error());
+        reserved = col::code_of(e.error()) == col::errc::duplicate_group;
+      }
+    }
+    if (col::code_of(init_err) == col::errc::duplicate_group) {
+      init.join(); // the probe reserved first; this round proves nothing
+      continue;
+    }
+    INFO(probe);
+    CHECK(probe.find("group '" + name +
+                     "' is being initialized by another thread") !=
+          std::string::npos);
+    caf::error destroy_err;
+    try {
+      col::destroy_collective_group(name);
+    } catch (const col::collective_error& e) {
+      destroy_err = e.error();
+    }
+    init.join();
+    auto took = clock_type::now() - start;
+    CHECK_MESSAGE(!destroy_err, col::render(destroy_err));
+    CHECK(col::code_of(init_err) == col::errc::aborted);
+    CHECK(col::render(init_err).find("destroyed while it formed") !=
+          std::string::npos);
+    CHECK(took < 10s);
+    CHECK_FALSE(col::is_group_initialized(name));
+    if (destroy_err || took >= 10s) break; // one failed round tells it all
+  }
+}
+
 TEST_CASE("a store wait that is not aborted still times out at its deadline, "
           "with the store's own words") {
   auto store = col::make_in_process_store();

@@ -1044,9 +1044,16 @@ TEST_CASE("a peer or root given both as argument and in the options must "
     std::vector<float> x(4, float(rank));
     col::send_options sopts;
     sopts.peer = 0;
-    expect_error(log, "send", col::errc::invalid_argument,
-                 {"dst_rank 1 conflicts with options.peer 0"},
-                 [&] { col::send(col::view_of(x), 1, "given-twice", sopts); });
+    // Named like every other refusal: group, op and this rank.
+    expect_error(
+      log, "send", col::errc::invalid_argument,
+      {"group 'given-twice' send rank " + std::to_string(rank) + "/2",
+       "dst_rank 1 conflicts with options.peer 0"},
+      [&] { col::send(col::view_of(x), 1, "given-twice", sopts); });
+    // An unknown name is unknown_group, as for every op.
+    expect_error(log, "send", col::errc::unknown_group, {"no-such-group"}, [&] {
+      col::send(col::view_of(x), 1, "no-such-group", sopts);
+    });
     col::broadcast_options bopts;
     bopts.root = 1;
     expect_error(log, "broadcast", col::errc::invalid_argument,

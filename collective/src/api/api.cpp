@@ -11,6 +11,7 @@
 
 #include "caf_collective/error.hpp"
 #include "caf_collective/launch.hpp"
+#include "runtime/callback_member.hpp"
 #include "runtime/lane.hpp"
 
 namespace caf_collective {
@@ -19,9 +20,14 @@ struct member_scope::table {
   std::mutex mtx; // only the process table needs it (find_group)
   /// Initialized groups; a name being initialized is reserved with null.
   std::map<std::string, group_ptr, std::less<>> groups;
-  /// The groups of the reserved names, while they form: a destroy from
-  /// another thread aborts one instead of refusing an unknown name.
-  std::map<std::string, group_ptr, std::less<>> forming;
+  /// A reserved name's init, from the reservation until its formation
+  /// ended: a destroy from another thread aborts its group, or, before the
+  /// group exists, marks it destroyed for its init to find.
+  struct forming_slot {
+    group_ptr group; // null until group::make returned
+    bool destroyed = false;
+  };
+  std::map<std::string, std::shared_ptr<forming_slot>, std::less<>> forming;
 };
 
 namespace {
@@ -35,7 +41,29 @@ thread_local member_scope::table* current_table = nullptr;
 // The newest member_scope alive on this thread; its table is current_table.
 thread_local member_scope* innermost_scope = nullptr;
 
-member_scope::table& table_of_caller() {
+// The member whose completion callback this thread runs (work.cpp).
+thread_local const void* running_callback_of = nullptr;
+
+// By-name calls from a completion callback that runs on a thread acting
+// for another member would resolve in that member's table: run on another
+// rank's group (wrong data, or a drain of a lane this thread holds, which
+// hung), or fail as unknown. Refused, naming the way out.
+void refuse_foreign_callback(std::string_view group_name) {
+  if (running_callback_of == nullptr ||
+      running_callback_of == detail::calling_member())
+    return;
+  throw collective_error{make_error(
+    errc::invalid_argument,
+    "group '" + std::string{group_name} +
+      "' named from a completion callback that runs on a thread acting for "
+      "another member (callbacks run on whichever thread completes the op: "
+      "a lane, or another rank's thread): call the group's handle "
+      "(get_group, taken before registering the callback) instead of "
+      "naming it")};
+}
+
+member_scope::table& table_of_caller(std::string_view group_name) {
+  refuse_foreign_callback(group_name);
   return current_table != nullptr ? *current_table : process_table();
 }
 
@@ -72,6 +100,7 @@ caf::error unknown_group(std::string_view group_name) {
 }
 
 group_ptr find_group(std::string_view group_name) {
+  refuse_foreign_callback(group_name);
   auto lookup = [group_name](const member_scope::table& tbl) -> group_ptr {
     auto i = tbl.groups.find(group_name);
     return i == tbl.groups.end() ? nullptr : i->second;
@@ -95,16 +124,14 @@ work refuse_conflict(std::string_view group_name, op_kind op,
                      const char* argument, int given, const char* field,
                      int in_options, int unset) {
   if (in_options == unset || in_options == given) return {};
-  error_context where;
-  where.group = group_name;
-  where.op = static_cast<int64_t>(op);
-  auto why = make_error(errc::invalid_argument, where,
+  // An unknown name is refused as every op's is (unknown_group).
+  auto g = get_group(group_name);
+  auto why = make_error(errc::invalid_argument, g->context(op, -1),
                         std::string{argument} + " " + std::to_string(given) +
                           " conflicts with options." + field + " " +
                           std::to_string(in_options) + " (give it once)");
   // Refused by the group, which numbers it like the op it refuses.
-  if (auto g = find_group(group_name)) return g->refuse(op, std::move(why));
-  return work::completed(0, std::move(why));
+  return g->refuse(op, std::move(why));
 }
 
 template<class Submit>
@@ -114,6 +141,23 @@ void run_blocking(Submit submit) {
 }
 
 } // namespace
+
+namespace detail {
+
+const void* calling_member() noexcept {
+  return current_table != nullptr ? current_table : &process_table();
+}
+
+callback_member_scope::callback_member_scope(const void* member) noexcept
+  : outer_(running_callback_of) {
+  running_callback_of = member;
+}
+
+callback_member_scope::~callback_member_scope() {
+  running_callback_of = outer_;
+}
+
+} // namespace detail
 
 member_scope::member_scope()
   : table_(std::make_unique<table>()), outer_(innermost_scope),
@@ -170,21 +214,33 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
   cfg.timeout = opts.timeout;
   cfg.hostname = std::move(opts.hostname);
   cfg.cuda_device = opts.cuda_device;
-  auto& tbl = table_of_caller();
+  auto& tbl = table_of_caller(group_name);
+  auto slot = std::make_shared<member_scope::table::forming_slot>();
   {
     // Reserve the name first so a concurrent init of the same name in this
     // member fails instead of forming two groups.
     std::lock_guard<std::mutex> guard{tbl.mtx};
-    if (tbl.groups.count(cfg.name) > 0)
+    if (auto i = tbl.groups.find(cfg.name); i != tbl.groups.end())
       throw collective_error{make_error(
-        errc::duplicate_group, "group '" + cfg.name +
-                                 "' is already initialized in this member "
-                                 "(destroy it first)")};
+        errc::duplicate_group,
+        "group '" + cfg.name + "' is " +
+          (i->second ? "already initialized in this member (destroy it "
+                       "first)"
+                     : "being initialized by another thread of this member "
+                       "(wait for that init, or destroy the group to "
+                       "abort it)"))};
     tbl.groups.emplace(cfg.name, nullptr);
+    tbl.forming[cfg.name] = slot;
   }
+  // Until the reservation is taken back, the name and slot are this init's
+  // unless a destroy took them.
   auto forget_reservation = [&] {
     std::lock_guard<std::mutex> guard{tbl.mtx};
-    tbl.groups.erase(tbl.groups.find(group_name));
+    if (auto f = tbl.forming.find(group_name);
+        f != tbl.forming.end() && f->second == slot) {
+      tbl.forming.erase(f);
+      tbl.groups.erase(tbl.groups.find(group_name));
+    }
   };
   work formed;
   caf::expected<group_ptr> made = group_ptr{};
@@ -199,22 +255,33 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
     forget_reservation();
     throw collective_error{made.error()};
   }
+  auto destroyed_error = [&](const caf::error& err) {
+    return collective_error{make_error(
+      errc::aborted, "group '" + std::string{group_name} +
+                       "' was destroyed while it formed" +
+                       (err ? " (" + detail_of(err) + ")" : std::string{}))};
+  };
+  bool destroyed_early = false;
   {
     std::lock_guard<std::mutex> guard{tbl.mtx};
-    tbl.forming.emplace(std::string{group_name}, *made);
+    destroyed_early = slot->destroyed;
+    if (!destroyed_early) slot->group = *made;
+  }
+  if (destroyed_early) {
+    // A destroy came while the group was being made (it took the name).
+    (*made)->abort("group '" + std::string{group_name} +
+                   "' was destroyed while it formed");
+    (*made)->close();
+    throw destroyed_error({});
   }
   auto err = formed.wait();
   std::lock_guard<std::mutex> guard{tbl.mtx};
   auto f = tbl.forming.find(group_name);
   // Gone: destroy_collective_group took the group (and its name) and
   // aborted it while it formed.
-  bool destroyed = f == tbl.forming.end() || f->second != *made;
+  bool destroyed = f == tbl.forming.end() || f->second != slot;
   if (!destroyed) tbl.forming.erase(f);
-  if (destroyed)
-    throw collective_error{make_error(
-      errc::aborted, "group '" + std::string{group_name} +
-                       "' was destroyed while it formed" +
-                       (err ? " (" + detail_of(err) + ")" : std::string{}))};
+  if (destroyed) throw destroyed_error(err);
   auto i = tbl.groups.find(group_name);
   if (err) {
     tbl.groups.erase(i);
@@ -227,7 +294,7 @@ void destroy_collective_group(std::string_view group_name) {
   group_ptr victim;
   bool forming = false;
   {
-    auto& tbl = table_of_caller();
+    auto& tbl = table_of_caller(group_name);
     std::lock_guard<std::mutex> guard{tbl.mtx};
     auto i = tbl.groups.find(group_name);
     if (i == tbl.groups.end())
@@ -235,11 +302,11 @@ void destroy_collective_group(std::string_view group_name) {
     if (i->second == nullptr) {
       // Still forming (init_collective_group on another thread): aborted
       // below, its formation ends within about 100 ms and that init throws
-      // aborted.
+      // aborted. Before its group exists, the init finds the mark and
+      // throws aborted as soon as the group is made.
       auto f = tbl.forming.find(group_name);
-      if (f == tbl.forming.end())
-        throw collective_error{unknown_group(group_name)};
-      victim = std::move(f->second);
+      victim = f->second->group;
+      f->second->destroyed = true;
       tbl.forming.erase(f);
       forming = true;
     } else {
@@ -247,6 +314,7 @@ void destroy_collective_group(std::string_view group_name) {
     }
     tbl.groups.erase(i);
   }
+  if (forming && !victim) return; // its init aborts it once made
   if (forming)
     victim->abort("group '" + std::string{group_name} +
                   "' was destroyed while it formed");

@@ -379,11 +379,16 @@ caf::error group::check_op_timeout(op_kind op, milliseconds timeout) const {
 
 work group::refuse(op_kind op, caf::error why) {
   bool p2p = op == op_kind::send || op == op_kind::recv;
+  uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> guard{submit_mtx_};
-    (p2p ? next_p2p_seq_ : next_seq_)++;
+    seq = (p2p ? next_p2p_seq_ : next_seq_)++;
+    // In the history too: comparing ranks' recent ops is how a user finds
+    // the call that put them out of step, and this one did.
+    history_.queued(seq, p2p, op, 0);
+    history_.finished(seq, p2p, why);
   }
-  return work::completed(0, std::move(why));
+  return work::completed(seq, std::move(why));
 }
 
 template<class Fn>

@@ -3,7 +3,9 @@
 #include <exception>
 
 #include "caf_collective/error.hpp"
+#include "runtime/callback_member.hpp"
 #include "runtime/lane.hpp"
+#include "runtime/time_left.hpp"
 #include "runtime/work_state.hpp"
 #include "vocabulary/log.hpp"
 
@@ -18,8 +20,8 @@ namespace {
 // noexcept), take the other callbacks of its op with it, or surface in an
 // unrelated caller of on_complete: it is logged, naming the op's sequence
 // number (the handle knows no more of its op), and the next one runs.
-void run_callback(const work::callback& fn, const caf::error& err,
-                  uint64_t seq) noexcept {
+void run_callback(const work::callback& fn, const caf::error& err, uint64_t seq,
+                  const void* member) noexcept {
   auto report = [seq](const char* what) noexcept {
     try {
       static auto& log = logger_for("work");
@@ -35,6 +37,9 @@ void run_callback(const work::callback& fn, const caf::error& err,
   // last arrival finishes the others' ops): an op it submits is not that
   // call's to run inline.
   run_inline_scope not_blocking{false};
+  // By-name calls act for the member that registered the callback, or are
+  // refused where this thread acts for another (callback_member.hpp).
+  callback_member_scope acting_for{member};
   try {
     fn(err);
   } catch (const std::exception& e) {
@@ -47,7 +52,7 @@ void run_callback(const work::callback& fn, const caf::error& err,
 } // namespace
 
 void work_state::complete(caf::error err) {
-  std::vector<work::callback> callbacks;
+  std::vector<registered_callback> callbacks;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (done_.load(std::memory_order_relaxed)) return;
@@ -56,8 +61,8 @@ void work_state::complete(caf::error err) {
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
-  for (auto& fn : callbacks)
-    run_callback(fn, err_, seq_);
+  for (auto& cb : callbacks)
+    run_callback(cb.fn, err_, seq_, cb.member);
 }
 
 } // namespace detail
@@ -108,27 +113,30 @@ caf::error work::wait() const {
 bool work::wait_for(std::chrono::milliseconds timeout) const {
   if (done_here_ || !state_ || state_->done()) return true;
   std::unique_lock<std::mutex> guard{state_->mtx_};
-  return state_->cv_.wait_for(guard, timeout,
+  // Bounded: added to now, a timeout near milliseconds::max() ("as long as
+  // it takes") overflowed and returned false at once.
+  return state_->cv_.wait_for(guard, detail::bounded_wait(timeout),
                               [this] { return state_->done(); });
 }
 
 void work::on_complete(callback fn) const {
+  auto member = detail::calling_member();
   if (done_here_) {
-    detail::run_callback(fn, err_here_, seq_here_);
+    detail::run_callback(fn, err_here_, seq_here_, member);
     return;
   }
   if (!state_) {
-    detail::run_callback(fn, no_operation(), 0);
+    detail::run_callback(fn, no_operation(), 0, member);
     return;
   }
   {
     std::lock_guard<std::mutex> guard{state_->mtx_};
     if (!state_->done()) {
-      state_->callbacks_.push_back(std::move(fn));
+      state_->callbacks_.push_back({std::move(fn), member});
       return;
     }
   }
-  detail::run_callback(fn, state_->err_, state_->seq());
+  detail::run_callback(fn, state_->err_, state_->seq(), member);
 }
 
 } // namespace caf_collective

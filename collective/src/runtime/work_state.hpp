@@ -61,7 +61,11 @@ class work_state {
   // err_ without the lock, which is never written again.
   std::atomic<bool> done_{false};
   caf::error err_;
-  std::vector<work::callback> callbacks_;
+  struct registered_callback {
+    work::callback fn;
+    const void* member; // who registered it (callback_member.hpp)
+  };
+  std::vector<registered_callback> callbacks_;
 };
 
 } // namespace caf_collective::detail
