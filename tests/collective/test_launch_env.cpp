@@ -128,6 +128,21 @@ TEST_CASE("Open MPI's, Slurm's and MPICH's variables give rank, size and "
                        {"CAF_COLLECTIVE_STORE", "tcp://node3:7003"},
                        {"CAF_COLLECTIVE_SECRET", "x"}});
   CHECK(both.launcher == "srun");
+  // The same with --preserve-env: SLURM_NTASKS stays the job's (4), the
+  // step has 2 tasks. Before: taken for mpiexec's, without a local rank.
+  auto preserved = read_ok({{"SLURM_JOB_ID", "77"},
+                            {"SLURM_STEP_ID", "3"},
+                            {"SLURM_PROCID", "1"},
+                            {"SLURM_NTASKS", "4"},
+                            {"SLURM_STEP_NUM_TASKS", "2"},
+                            {"SLURM_LOCALID", "1"},
+                            {"PMI_RANK", "1"},
+                            {"PMI_SIZE", "2"},
+                            {"CAF_COLLECTIVE_STORE", "tcp://node3:7003"},
+                            {"CAF_COLLECTIVE_SECRET", "x"}});
+  CHECK(preserved.launcher == "srun");
+  CHECK(preserved.world_size == 2);
+  CHECK(preserved.local_rank == 1);
   // mpiexec run from an sbatch script: every rank inherits the batch step's
   // SLURM_PROCID=0 and SLURM_NTASKS; the innermost launcher, mpiexec, says
   // which rank this is, on every rank alike.

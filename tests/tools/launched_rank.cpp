@@ -12,6 +12,10 @@
 //   trap <dir>        writes its pid to <dir>/pid.<rank>, waits for
 //                     SIGTERM or SIGINT, prints "rank R got signal S"
 //                     and exits 3
+//   checkpoint <dir>  writes its pid to <dir>/pid.<rank>; on SIGUSR1
+//                     prints "rank R got SIGUSR1" and goes on; on SIGTERM
+//                     or SIGINT prints "rank R checkpointing", takes 1 s,
+//                     prints "rank R checkpoint written" and exits 3
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -154,6 +158,26 @@ int every_op() {
 }
 
 std::atomic<int> caught{0};
+std::atomic<int> messages{0};
+
+int checkpoint(const std::string& dir) {
+  std::signal(SIGUSR1, [](int) { ++messages; });
+  for (int sig : {SIGTERM, SIGINT})
+    std::signal(sig, [](int s) { caught = s; });
+  write_pid(dir);
+  int told = 0;
+  for (int i = 0; i < 2400 && caught == 0; ++i) {
+    for (; told < messages; ++told)
+      std::printf("rank %d got SIGUSR1\n", rank_from_env());
+    std::fflush(stdout);
+    ::usleep(50000);
+  }
+  std::printf("rank %d checkpointing\n", rank_from_env());
+  std::fflush(stdout);
+  ::sleep(1); // a second stop signal meanwhile must not cut this short
+  std::printf("rank %d checkpoint written\n", rank_from_env());
+  return 3;
+}
 
 } // namespace
 
@@ -179,6 +203,7 @@ int main(int argc, char** argv) {
       ::usleep(100000);
     return 0;
   }
+  if (mode == "checkpoint" && argc == 3) return checkpoint(argv[2]);
   if (mode == "trap" && argc == 3) {
     for (int sig : {SIGTERM, SIGINT})
       std::signal(sig, [](int s) { caught = s; });

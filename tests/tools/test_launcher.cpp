@@ -275,6 +275,60 @@ TEST_CASE("SIGINT to the launcher is forwarded to every rank") {
   check_forwarded(SIGINT);
 }
 
+TEST_CASE("a second SIGTERM keeps the ranks' grace period: they finish "
+          "their checkpoint") {
+  // Slurm signals a step's tasks and srun forwards its own SIGTERM too.
+  // Before: any second signal sent SIGKILL to every rank at once.
+  test::temp_dir dir;
+  auto pid =
+    start_launcher(dir, {"-n", "2", "--grace-ms", "20000", rank_program,
+                         "checkpoint", dir.path.string()});
+  auto pids = rank_pids(dir, 2);
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  std::this_thread::sleep_for(10ms);
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  CHECK(test::wait_process(pid, 60s) == 128 + SIGTERM);
+  auto out = read_file(dir.path / "stdout");
+  INFO(out);
+  for (int r = 0; r < 2; ++r)
+    CHECK(contains(out, "[rank " + std::to_string(r) + "] rank " +
+                          std::to_string(r) + " checkpoint written"));
+  CHECK(contains(read_file(dir.path / "stderr"),
+                 "while stopping; the ranks keep their grace period"));
+}
+
+TEST_CASE("SIGUSR1 is forwarded and the run goes on - SIGXCPU stops the "
+          "ranks with SIGTERM instead of killing the launcher") {
+  // Before: both ended the launcher at once (their default action), and
+  // its ranks died of their parent-death SIGKILL.
+  test::temp_dir dir;
+  auto pid =
+    start_launcher(dir, {"-n", "2", "--grace-ms", "20000", rank_program,
+                         "checkpoint", dir.path.string()});
+  auto pids = rank_pids(dir, 2);
+  REQUIRE(::kill(pid, SIGUSR1) == 0);
+  bool told = false;
+  for (int i = 0; i < 600 && !told; ++i) {
+    auto out = read_file(dir.path / "stdout");
+    told = contains(out, "[rank 0] rank 0 got SIGUSR1") &&
+           contains(out, "[rank 1] rank 1 got SIGUSR1");
+    if (!told) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(told);
+  CHECK_FALSE(gone(pid)); // the launch goes on
+  REQUIRE(::kill(pid, SIGXCPU) == 0);
+  CHECK(test::wait_process(pid, 60s) == 128 + SIGXCPU);
+  auto out = read_file(dir.path / "stdout");
+  INFO(out);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(contains(out, "[rank " + std::to_string(r) + "] rank " +
+                          std::to_string(r) + " checkpoint written"));
+    CHECK(gone(pids[r]));
+  }
+  CHECK(contains(read_file(dir.path / "stderr"),
+                 "stopping every rank with SIGTERM"));
+}
+
 TEST_CASE("a program that cannot start fails the launch with 127") {
   test::temp_dir dir;
   auto pid = start_launcher(dir, {"-n", "2", "/nonexistent/program"});

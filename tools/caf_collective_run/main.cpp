@@ -1,7 +1,9 @@
 // caf_collective_run: starts N ranks of a program on this host with the
 // environment init_collective_group_from_env reads, and serves their TCP
 // rendezvous store. See `caf_collective_run --help` and docs/config.md.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <sys/random.h>
 #include <unistd.h>
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
     "tcp://" + (host.find(':') != std::string::npos ? "[" + host + "]:" + port
                                                     : host + ":" + port);
   launcher::install_signal_handlers();
+  launcher::raise_open_file_limit();
   auto base = inherited_environment();
   auto n = std::to_string(opts.nproc);
   std::vector<launcher::rank_process> ranks(static_cast<size_t>(opts.nproc));
@@ -124,10 +127,17 @@ int main(int argc, char** argv) {
       env.push_back(var);
     if (auto err = launcher::start_rank(r, opts.command, env, ranks[r]);
         !err.empty()) {
-      std::fprintf(stderr, "caf_collective_run: rank %d: %s\n", r, err.c_str());
+      std::fprintf(stderr, "caf_collective_run: rank %d: %s%s\n", r,
+                   err.c_str(),
+                   err == std::strerror(EMFILE)
+                     ? " (the launcher holds two descriptors per rank and "
+                       "its store one per connection: raise the hard "
+                       "open-file limit, ulimit -Hn)"
+                     : "");
       ranks.resize(static_cast<size_t>(r));
       launcher::kill_all(ranks);
-      return 127;
+      // Not 127 (a program that cannot start): the launcher itself failed.
+      return 1;
     }
   }
   return launcher::supervise(ranks, opts.grace);

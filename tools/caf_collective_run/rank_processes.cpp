@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,10 @@ namespace caf_collective::launcher {
 namespace {
 
 using clock = std::chrono::steady_clock;
+
+// The soft limit on open files ranks start with: the launcher's own
+// before raise_open_file_limit.
+rlim_t rank_open_file_limit = RLIM_INFINITY;
 
 // Signal handlers only write the signal number here; the loop reads it.
 int signal_pipe[2] = {-1, -1};
@@ -180,14 +185,23 @@ void signal_rank(const rank_process& r, int sig) {
 } // namespace
 
 int rank_trampoline(int argc, char** argv) {
-  // argv: caf_collective_run --rank-of <launcher pid> <command...>
-  if (argc < 4) return 2;
+  // argv: caf_collective_run --rank-of <launcher pid> <open-file soft limit>
+  // <command...>
+  if (argc < 5) return 2;
+  // The rank gets the soft limit the launcher was started with, not the
+  // one the launcher raised for itself (programs using select() rely on
+  // the usual 1024).
+  if (rlimit limit{}; ::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    limit.rlim_cur =
+      std::min<rlim_t>(std::strtoull(argv[3], nullptr, 10), limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
   // Killed when the launcher dies (SIGKILL, the OOM killer): no rank runs
   // on without the store it relies on. The signal is kept across execvp.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (std::to_string(::getppid()) != argv[2]) return 1; // it died already
-  ::execvp(argv[3], argv + 3);
-  std::fprintf(stderr, "caf_collective_run: cannot start '%s': %s\n", argv[3],
+  ::execvp(argv[4], argv + 4);
+  std::fprintf(stderr, "caf_collective_run: cannot start '%s': %s\n", argv[4],
                std::strerror(errno));
   return 127;
 }
@@ -198,10 +212,23 @@ void install_signal_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP})
+  // Every signal that would end the launcher by default is caught: dying
+  // of it would take the ranks down with SIGKILL (their parent-death
+  // signal), with no grace, and orphan what they started.
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT,
+                  SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF})
     ::sigaction(sig, &sa, nullptr);
   // A closed stdout (| head) must not kill the launcher mid-run.
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  rank_open_file_limit = limit.rlim_cur;
+  if (limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit); // on failure the old limit stays
 }
 
 std::string start_rank(int rank, const std::vector<std::string>& command,
@@ -241,9 +268,9 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
                                     POSIX_SPAWN_SETSIGMASK);
   // Through the launcher itself (rank_trampoline): the rank dies with the
   // launcher, however the launcher ends.
-  std::vector<std::string> args{"caf_collective_run",
-                                std::string{trampoline_flag},
-                                std::to_string(::getpid())};
+  std::vector<std::string> args{
+    "caf_collective_run", std::string{trampoline_flag},
+    std::to_string(::getpid()), std::to_string(rank_open_file_limit)};
   args.insert(args.end(), command.begin(), command.end());
   std::vector<char*> argv;
   for (auto& a : args)
@@ -367,14 +394,33 @@ int supervise(std::vector<rank_process>& ranks,
       unsigned char sig = 0;
       while (::read(signal_pipe[0], &sig, 1) == 1) {
         if (sig == SIGCHLD) continue;
+        std::string got = std::string{"got "} + ::strsignal(sig);
+        if (sig == SIGUSR1 || sig == SIGUSR2) {
+          // A message to the ranks (Slurm's --signal=USR1@T asks a job
+          // to checkpoint before its time is up), not a stop.
+          note(got + "; forwarding it to every rank");
+          for (auto& r : ranks)
+            signal_rank(r, sig);
+          continue;
+        }
+        // SIGINT, SIGTERM and SIGHUP go to the ranks as they came; other
+        // signals that would end the launcher stop the ranks with SIGTERM.
+        bool as_is = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
         if (stop_signal == 0) {
           stop_signal = sig;
-          note(std::string{"got "} + ::strsignal(sig) +
-               "; forwarding it to every rank");
-          stop_all(sig);
-        } else {
+          note(got + (as_is ? "; forwarding it to every rank"
+                            : "; stopping every rank with SIGTERM"));
+          stop_all(as_is ? sig : SIGTERM);
+        } else if (sig == SIGINT) {
           // A second Ctrl-C: do not wait for the grace period.
+          note(got + " again: SIGKILL to every rank");
           stop_all(SIGKILL);
+        } else {
+          // A repeated SIGTERM (Slurm signals the tasks and srun forwards
+          // its own) must not cut short the ranks' grace period: they may
+          // be writing a checkpoint.
+          note(got + " while stopping; the ranks keep their grace period "
+                     "(a second Ctrl-C kills them at once)");
         }
       }
     }

@@ -53,11 +53,19 @@ std::string start_rank(int rank, const std::vector<std::string>& command,
 /// first start_rank, so no child exit or signal is missed.
 void install_signal_handlers();
 
+/// Raises the soft limit on open files to the hard one: each rank takes
+/// two pipes here, and the store one socket per client connection (the
+/// usual soft limit of 1024 ended a launch of 600 ranks).
+void raise_open_file_limit();
+
 /// Runs until every rank has exited and its output is printed. Forwards
-/// SIGINT and SIGTERM; when a rank fails, sends SIGTERM to the others and
-/// SIGKILL after `grace`. Returns the launcher's exit status: the first
-/// failed rank's status, else 128 + the signal that stopped the launch,
-/// else 0.
+/// SIGINT, SIGTERM and SIGHUP (a second SIGINT kills the ranks at once, a
+/// repeated SIGTERM does not), forwards SIGUSR1 and SIGUSR2 without
+/// stopping, stops the ranks with SIGTERM on other signals that would end
+/// the launcher (install_signal_handlers); when a rank fails, sends SIGTERM to
+/// the others and SIGKILL after `grace`. Returns the launcher's exit status:
+/// the first failed rank's status, else 128 + the signal that stopped the
+/// launch, else 0.
 int supervise(std::vector<rank_process>& ranks,
               std::chrono::milliseconds grace);
 

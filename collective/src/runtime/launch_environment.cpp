@@ -201,12 +201,17 @@ const launcher_vars* pick(const env_lookup& env, size_t first) {
   // and every rank inherited the batch step's SLURM_PROCID: the innermost
   // launcher, mpiexec, knows the rank. Every rank decides alike (rank 0's
   // PMI_RANK equals the inherited SLURM_PROCID=0).
+  // srun's size is its step's (SLURM_STEP_NUM_TASKS where set): under
+  // --preserve-env SLURM_NTASKS stays the job's, and a task was taken for
+  // mpiexec's.
   const auto& srun = launchers[srun_index];
   const auto& hydra = launchers[mpiexec_index];
+  const char* srun_size =
+    env("SLURM_STEP_NUM_TASKS") != nullptr ? "SLURM_STEP_NUM_TASKS" : srun.size;
   if (found == &srun && env(hydra.rank) != nullptr &&
       (env(hydra.local_rank) != nullptr ||
        value_of(env, hydra.rank) != value_of(env, srun.rank) ||
-       value_of(env, hydra.size) != value_of(env, srun.size)))
+       value_of(env, hydra.size) != value_of(env, srun_size)))
     found = &hydra;
   return found;
 }
