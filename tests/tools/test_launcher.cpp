@@ -33,7 +33,7 @@ bool contains(const std::string& text, const std::string& part) {
 /// The launcher with `args`, its stdout and stderr in files of `dir`, its
 /// stdin the test's or `stdin_fd`.
 pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args,
-                     int stdin_fd = -1) {
+                     int stdin_fd = -1, int stdout_fd = -1) {
   args.insert(args.begin(), launcher);
   std::vector<char*> argv;
   for (auto& a : args)
@@ -43,8 +43,11 @@ pid_t start_launcher(const test::temp_dir& dir, std::vector<std::string> args,
   auto err = (dir.path / "stderr").string();
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (stdout_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
+  else
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 2, err.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (stdin_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
@@ -327,6 +330,41 @@ TEST_CASE("SIGUSR1 is forwarded and the run goes on - SIGXCPU stops the "
   }
   CHECK(contains(read_file(dir.path / "stderr"),
                  "stopping every rank with SIGTERM"));
+}
+
+TEST_CASE("a reader that stops reading the launcher's output does not stop "
+          "it forwarding signals") {
+  // Before: the launcher wrote its ranks' lines with blocking writes, so a
+  // stalled reader (| less, a stopped terminal) held it: it forwarded no
+  // SIGTERM and killed no rank until the reader read again.
+  test::temp_dir dir;
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  auto pid = start_launcher(
+    dir,
+    {"-n", "2", "--grace-ms", "1000", "sh", "-c",
+     "echo $$ > " + dir.path.string() +
+       "/pid.$CAF_COLLECTIVE_RANK && exec yes flooding-the-output"},
+    -1, out[1]);
+  ::close(out[1]);
+  auto pids = rank_pids(dir, 2);
+  std::this_thread::sleep_for(500ms); // every pipe on the way is full
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  bool stopped = false;
+  for (int i = 0; i < 200 && !stopped; ++i) {
+    stopped = dead(pids[0]) && dead(pids[1]);
+    if (!stopped) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(stopped);
+  // Now read: the launcher writes what it holds and exits.
+  std::thread reader{[fd = out[0]] {
+    char buf[65536];
+    while (::read(fd, buf, sizeof(buf)) > 0) {
+    }
+  }};
+  CHECK(test::wait_process(pid, 60s) == 128 + SIGTERM);
+  reader.join();
+  ::close(out[0]);
 }
 
 TEST_CASE("a program that cannot start fails the launch with 127") {

@@ -1,5 +1,7 @@
 #include "rank_processes.hpp"
 
+#include "output_writer.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -35,20 +37,8 @@ void on_signal(int sig) {
   errno = saved;
 }
 
-void write_all(int fd, const std::string& text) {
-  const char* pos = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    auto n = ::write(fd, pos, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return; // our own output is gone: nothing else to do
-    pos += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
 void note(const std::string& text) {
-  write_all(2, "[caf_collective_run] " + text + "\n");
+  queue_output(2, "[caf_collective_run] " + text + "\n");
 }
 
 // How long an unfinished line waits for its newline before it is printed
@@ -56,6 +46,10 @@ void note(const std::string& text) {
 // is held at most.
 constexpr auto unfinished_line_wait = std::chrono::milliseconds{200};
 constexpr size_t longest_held_line = 64 * 1024;
+
+// How much output may wait for the launcher's own reader before it stops
+// reading its ranks' output.
+constexpr size_t max_output_backlog = 16 * 1024 * 1024;
 
 // Prints every complete line of `stream.pending` with the rank's prefix,
 // and the unfinished rest too (ended with a newline of its own) when
@@ -95,7 +89,7 @@ void emit_lines(int rank, rank_output& stream, int to_fd, bool flush) {
   else if (start > 0 || stream.unfinished_due == clock::time_point::max())
     stream.unfinished_due = clock::now() + unfinished_line_wait; // a new one
   // One write per batch of lines: lines of different ranks never mix.
-  if (!out.empty()) write_all(to_fd, out);
+  queue_output(to_fd, std::move(out));
 }
 
 // Reads what is available on the stream; closes it at end of stream.
@@ -368,19 +362,26 @@ int supervise(std::vector<rank_process>& ranks,
     if (!any_running && drain_until == clock::time_point::max())
       drain_until = clock::now() + std::chrono::seconds{1};
     if (!any_running && (!any_open || clock::now() >= drain_until)) break;
+    // While our own reader lags far behind, the ranks' output waits in
+    // their pipes (they wait to write, as under a blocking launcher); the
+    // loop still forwards signals, reaps ranks and keeps the grace period.
+    bool backed_up = output_backlog() > max_output_backlog;
+    short rank_events = backed_up ? 0 : POLLIN;
     std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
     std::vector<std::pair<rank_process*, bool>> owners{{nullptr, false}};
     for (auto& r : ranks) {
       if (r.out.fd >= 0) {
-        fds.push_back({r.out.fd, POLLIN, 0});
+        fds.push_back({r.out.fd, rank_events, 0});
         owners.emplace_back(&r, true);
       }
       if (r.err.fd >= 0) {
-        fds.push_back({r.err.fd, POLLIN, 0});
+        fds.push_back({r.err.fd, rank_events, 0});
         owners.emplace_back(&r, false);
       }
     }
     auto wake_at = std::min({kill_at, drain_until, next_unfinished_due(ranks)});
+    if (backed_up) // look again for room soon
+      wake_at = std::min(wake_at, clock::now() + std::chrono::milliseconds{50});
     int timeout_ms = -1;
     if (wake_at != clock::time_point::max())
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -454,6 +455,7 @@ int supervise(std::vector<rank_process>& ranks,
       ::close(r.err.fd);
     }
   }
+  flush_output();
   if (first_failed >= 0) return ranks[first_failed].status;
   if (stop_signal != 0) return 128 + stop_signal;
   return 0;
