@@ -286,6 +286,17 @@ samples imperative_path(const settings& s, int elements) {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 &&
+      (std::string{argv[1]} == "--help" || std::string{argv[1]} == "-h")) {
+    std::printf("usage: caf_collective_member_loop [--ranks 4] [--iters 2000] "
+                "[--bytes 8]\n"
+                "         [--backend shm|gloo|auto] [--caf-scheduler %s]\n"
+                "Times 8 B allreduces through the imperative API, from "
+                "members' handlers and\nthrough the driver, and prints each "
+                "path's median and 90th percentile.\n",
+                col::bench::caf_scheduler_names);
+    return 0;
+  }
   settings s;
   try {
     s = parse(argc, argv);

@@ -289,6 +289,16 @@ void report_machine() {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 &&
+      (std::string{argv[1]} == "--help" || std::string{argv[1]} == "-h")) {
+    std::printf(
+      "usage: caf_collective_shm_latency [--ranks N] [--procs] "
+      "[--backend-only]\n"
+      "         [--on-lane] [--persistent] [--bytes B] [--iters N] [--pin]\n"
+      "Times small shm allreduces through the API or the backend alone and "
+      "prints\nrank 0's median, 10th and 90th percentile.\n");
+    return 0;
+  }
   try {
     auto opts = parse(argc, argv);
     report_machine();

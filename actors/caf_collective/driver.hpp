@@ -1,5 +1,5 @@
 // The driver: forms groups of member actors and orchestrates collectives on
-// object refs (architecture.md, 5-6).
+// object refs (docs/actors.md).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // The actor layer's vocabulary: atoms and the messages between clients, the
-// driver, members and the rendezvous store actor (architecture.md, 5-6).
+// driver, members and the rendezvous store actor (docs/actors.md).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The driver actor: forms groups of members and orchestrates collectives on
-// object refs (architecture.md, 5-6). This file only wires CAF's handlers
+// object refs (docs/actors.md). This file only wires CAF's handlers
 // to the driver's phases, each in its own file with the state it touches:
 // - driver_state.hpp: the group entries, pending ops and the driver's state;
 // - driver_formation: registration, declaration and joins, init, ready

@@ -1,5 +1,7 @@
-// Everything of the collective layer: `#include <caf_collective/all.hpp>`
-// and `namespace col = caf_collective;`.
+// The collective layer: `#include <caf_collective/all.hpp>` and
+// `namespace col = caf_collective;`. Not the object collectives
+// (broadcast_object & co.): include caf_collective/object_collectives.hpp
+// for those, which brings CAF's serialization headers along.
 #pragma once
 
 #include "caf_collective/api.hpp"

@@ -1,8 +1,9 @@
 // The cache of large host blocks behind tensor::empty and every output the
 // library allocates. Touching fresh pages is slow (about 0.7 GB/s on the
-// development machines, architecture.md 10): a 32 MiB output costs ~45 ms
-// the first time and ~3 ms when its pages are reused. Freed blocks of 64 KiB
-// and more are therefore kept (up to a capacity) and handed out again.
+// development machines, docs/benchmarks.md, "Recycled host blocks"): a 32 MiB
+// output costs ~45 ms the first time and ~3 ms when its pages are reused. Freed
+// blocks of 64 KiB and more are therefore kept (up to a capacity) and handed
+// out again.
 #pragma once
 
 #include <cstddef>

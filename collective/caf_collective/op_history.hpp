@@ -1,6 +1,6 @@
-// A group's log of its most recent operations (architecture.md, 9): when an
-// op times out, the log says what this rank was doing, so a hang can be
-// traced to the rank and op that fell behind.
+// A group's log of its most recent operations (docs/api.md, "When an op times
+// out"): when an op times out, the log says what this rank was doing, so a hang
+// can be traced to the rank and op that fell behind.
 #pragma once
 
 #include <chrono>

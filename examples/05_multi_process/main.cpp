@@ -9,7 +9,7 @@
 // rank checks: the loss falls below a threshold, all ranks hold the same
 // weights, and they match a single-process run. Rank 0 prints the table.
 //
-// Usage: caf_collective_run -n 4 example_05_multi_process [--steps N]
+// Usage: caf_collective_run -n 4 path/to/example_05_multi_process [--steps N]
 //          [--samples N] [--features N] [--lr X] [--plot loss.png]
 // (the number of workers is the launcher's number of ranks; --samples must
 // be a multiple of it, and --workers, if given, must equal it)

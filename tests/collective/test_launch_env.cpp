@@ -650,3 +650,19 @@ TEST_CASE("4 processes as two hosts on 127.0.0.2 and 127.0.0.3 meet over TCP "
                 {"CAF_COLLECTIVE_TEST_LOCAL_RANKS", "0,1,0,1"}};
   });
 }
+
+TEST_CASE("a local rank not below the world size is refused naming both") {
+  // Before: CAF_COLLECTIVE_LOCAL_RANK=9 in a world of 2 was taken as it
+  // stood (a local rank picks the GPU and the host's share of the work).
+  auto err = read_error({{"CAF_COLLECTIVE_RANK", "1"},
+                         {"CAF_COLLECTIVE_WORLD_SIZE", "2"},
+                         {"CAF_COLLECTIVE_LOCAL_RANK", "9"},
+                         {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(contains(err, "CAF_COLLECTIVE_LOCAL_RANK=9 is not below "
+                      "CAF_COLLECTIVE_WORLD_SIZE=2"));
+  auto fine = read_ok({{"CAF_COLLECTIVE_RANK", "1"},
+                       {"CAF_COLLECTIVE_WORLD_SIZE", "2"},
+                       {"CAF_COLLECTIVE_LOCAL_RANK", "1"},
+                       {"CAF_COLLECTIVE_STORE", "file:/tmp/x"}});
+  CHECK(fine.local_rank == 1);
+}

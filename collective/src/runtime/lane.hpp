@@ -1,5 +1,5 @@
 // A lane: one thread that runs one member's operations of one group, in
-// order, outside CAF's scheduler (architecture.md, section 4).
+// order, outside CAF's scheduler (docs/algorithms.md, docs/api.md).
 #pragma once
 
 #include <atomic>

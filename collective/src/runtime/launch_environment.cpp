@@ -364,6 +364,14 @@ caf::expected<launch_info> read_launch_environment(const env_lookup& env) {
   if (env(found->local_rank) != nullptr) {
     auto local = number(env, found->local_rank);
     if (!local) return local.error();
+    // A host's ranks are ranks of the group: a local rank past the world
+    // size is a stale or mistyped variable (it picks the GPU).
+    if (*local >= *size)
+      return make_error(errc::invalid_argument, std::string{found->local_rank} +
+                                                  "=" + std::to_string(*local) +
+                                                  " is not below " + size_var +
+                                                  "=" + std::to_string(*size) +
+                                                  " (" + found->name + ")");
     info.local_rank = *local;
   }
   // A launch of one rank forms only groups of one, which meet nobody: the

@@ -82,15 +82,24 @@ class tcp_store_client : public rendezvous_store {
                         "TCP store: key '" + key + "' is too long");
     timeout = detail::bounded_wait(timeout);
     auto deadline = wire::clock::now() + timeout;
-    auto answer = request(deadline, timeout, [&] {
-      // The wait left after connecting: the deadline holds for the whole get.
-      std::vector<char> frame;
-      wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
-      wire::put_bytes(frame, key);
-      wire::put_u64(frame,
-                    static_cast<uint64_t>(detail::time_left(deadline).count()));
-      return frame;
-    });
+    auto ask = [&] {
+      return request(deadline, timeout, [&] {
+        // The wait left after connecting: the deadline holds for the whole
+        // get.
+        std::vector<char> frame;
+        wire::put_u8(frame, static_cast<uint8_t>(wire::op::get));
+        wire::put_bytes(frame, key);
+        wire::put_u64(
+          frame, static_cast<uint64_t>(detail::time_left(deadline).count()));
+        return frame;
+      });
+    };
+    auto answer = ask();
+    // The server waits at most a day per request: a longer wait asks again
+    // until its own deadline.
+    while (!answer.failure && answer.status != 0 &&
+           detail::time_left(deadline).count() > 0)
+      answer = ask();
     if (answer.failure) return std::move(answer.failure);
     if (answer.status != 0)
       return make_error(errc::timeout,

@@ -287,8 +287,13 @@ struct tcp_store_server::impl {
         if (wire::recv_all(fd, raw, sizeof(raw), deadline, wake[0]) !=
             wire::io_result::done)
           return;
-        auto wait = std::min<std::chrono::milliseconds>(
-          std::chrono::milliseconds{wire::decode_u64(raw)}, longest_wait);
+        // Clamped as unsigned: 2^63 ms or more read as a signed count
+        // would be negative and end the wait at once.
+        auto wait =
+          std::chrono::milliseconds{static_cast<int64_t>(std::min<uint64_t>(
+            wire::decode_u64(raw),
+            static_cast<uint64_t>(
+              std::chrono::milliseconds{longest_wait}.count())))};
         std::unique_lock<std::mutex> guard{entries_mtx};
         std::pair<std::string, std::string> id{run_id, key};
         auto present = [&] { return stopping || entries.count(id) > 0; };
