@@ -109,7 +109,8 @@ class tcp_store_server {
 
   uint16_t port() const noexcept;
 
-  /// Clients refused so far (wrong or missing secret, malformed handshake).
+  /// Clients refused so far (wrong or missing secret, malformed handshake,
+  /// or turned away while 256 connections were still in their handshake).
   size_t refused_clients() const noexcept;
 
   struct impl;

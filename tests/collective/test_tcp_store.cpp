@@ -516,3 +516,63 @@ TEST_CASE("a peer that joins but never connects fails formation at the "
   CHECK(text.find("the connections to rank(s) [1] were not established by "
                   "the formation deadline") != std::string::npos);
 }
+
+namespace {
+
+// The process's thread count, from /proc/self/status.
+int thread_count() {
+  std::ifstream status{"/proc/self/status"};
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+} // namespace
+
+TEST_CASE("connections that never send a handshake do not each get a "
+          "thread of the server - and the store serves again once they "
+          "are gone") {
+  // Before: a thread per connection for up to 10 s, however many came.
+  auto server = col::tcp_store_server::start("127.0.0.1", 0, secret);
+  REQUIRE(server);
+  auto port = (*server)->port();
+  auto before = thread_count();
+  std::vector<int> idle;
+  for (int i = 0; i < 400; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(port);
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(500ms); // the server accepted what it takes
+  auto during = thread_count();
+  CHECK(during - before <= 256 + 4);
+  CHECK((*server)->refused_clients() >= 400 - 256);
+  // A client with the secret is turned away while they are there, and
+  // tries again until it gets in (before: the closed handshake failed it
+  // at once with backend_error).
+  auto store = col::make_tcp_store([&] {
+    col::tcp_store_options opts;
+    opts.host = "127.0.0.1";
+    opts.port = port;
+    opts.secret = secret;
+    opts.run_id = "run1";
+    opts.connect_timeout = 10s;
+    return opts;
+  }());
+  caf::error set;
+  std::thread setter{[&] { set = store->set("k", bytes("v")); }};
+  std::this_thread::sleep_for(300ms);
+  for (int fd : idle)
+    ::close(fd);
+  setter.join();
+  CHECK_MESSAGE(!set, col::render(set));
+  auto got = store->get("k", 5s);
+  REQUIRE_MESSAGE(got, col::render(got.error()));
+  CHECK(std::string(got->begin(), got->end()) == "v");
+}

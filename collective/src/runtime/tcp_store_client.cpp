@@ -262,9 +262,25 @@ class tcp_store_client : public rendezvous_store {
     return result;
   }
 
+  // Sends the handshake on `fd` and reads the server's verdict into `code`
+  // and `reason`, by `limit_at`.
+  wire::io_result handshake(int fd, uint8_t& code, std::string& reason,
+                            wire::clock::time_point limit_at) {
+    std::vector<char> hello{wire::magic.begin(), wire::magic.end()};
+    wire::put_bytes(hello, opts_.secret);
+    wire::put_bytes(hello, opts_.run_id);
+    auto sent = wire::send_all(fd, hello.data(), hello.size(), limit_at);
+    auto answered = sent == wire::io_result::done
+                      ? wire::recv_all(fd, &code, 1, limit_at)
+                      : sent;
+    if (answered == wire::io_result::done)
+      answered = wire::recv_sized(fd, reason, wire::max_key_size, limit_at);
+    return answered;
+  }
+
   // Opens a connection and proves membership, retrying refused or
-  // unanswered connection attempts until `deadline`. A refusal by the server
-  // is final.
+  // unanswered connection attempts, and connections closed before the
+  // handshake's answer, until `deadline`. A refusal by the server is final.
   caf::expected<int> connect(wire::clock::time_point deadline,
                              milliseconds limit) {
     if (opts_.run_id.empty())
@@ -279,10 +295,27 @@ class tcp_store_client : public rendezvous_store {
     // ("is the key there now?") must still reach a server across a network
     // and answer, not fail for want of a round trip (a formation takes a
     // missing key for an answer).
+    uint8_t code = 1;
+    std::string reason;
+    auto answered = wire::io_result::failed;
     for (;;) {
       fd =
         try_open(std::max(deadline, wire::clock::now() + handshake_floor), why);
-      if (fd >= 0) break;
+      if (fd >= 0) {
+        answered =
+          handshake(fd, code, reason,
+                    std::max(deadline, wire::clock::now() + handshake_floor));
+        // Closed unanswered: the server turns clients away while many
+        // handshakes are under way (or restarts): try again.
+        if (answered != wire::io_result::closed &&
+            answered != wire::io_result::failed)
+          break;
+        ::close(fd);
+        fd = -1;
+        why = "the server closed the connection during the handshake (it "
+              "turns clients away while 256 handshakes are under way; or "
+              "this is not a caf_collective store)";
+      }
       auto now = wire::clock::now();
       if (now >= deadline)
         return make_error(errc::timeout,
@@ -293,18 +326,6 @@ class tcp_store_client : public rendezvous_store {
         pause, std::chrono::duration_cast<milliseconds>(deadline - now)));
       pause = std::min(pause * 2, milliseconds{200});
     }
-    std::vector<char> hello{wire::magic.begin(), wire::magic.end()};
-    wire::put_bytes(hello, opts_.secret);
-    wire::put_bytes(hello, opts_.run_id);
-    auto limit_at = std::max(deadline, wire::clock::now() + handshake_floor);
-    uint8_t code = 1;
-    std::string reason;
-    auto sent = wire::send_all(fd, hello.data(), hello.size(), limit_at);
-    auto answered = sent == wire::io_result::done
-                      ? wire::recv_all(fd, &code, 1, limit_at)
-                      : sent;
-    if (answered == wire::io_result::done)
-      answered = wire::recv_sized(fd, reason, wire::max_key_size, limit_at);
     if (answered != wire::io_result::done) {
       ::close(fd);
       // Silence: a server that accepted nothing (out of descriptors or

@@ -34,6 +34,19 @@ namespace {
 // that never speaks cannot hold a thread for long.
 constexpr auto handshake_limit = std::chrono::seconds{10};
 
+// Clients that have not proven the secret yet, each on a thread of its own
+// for up to handshake_limit: beyond this many, a new connection is closed
+// at once (its client retries). Without a bound, anyone who reaches the
+// port started a thread per connection (3000 idle connections: 3000
+// threads, against the user's process limit that the ranks share).
+constexpr int max_handshakes = 256;
+
+// Whether the n-th refusal (from 1) is logged: the first ten, then every
+// power of two, so a flood does not flood the log too.
+bool worth_logging(size_t n) {
+  return n <= 10 || (n & (n - 1)) == 0;
+}
+
 // Longest wait a get may ask for; keeps deadlines far from overflow.
 constexpr auto longest_wait = std::chrono::hours{24};
 
@@ -67,6 +80,7 @@ struct tcp_store_server::impl {
   std::atomic<bool> stopping{false};
   bool warned_out_of_fds = false; // accept_loop only
   std::atomic<size_t> refused{0};
+  std::atomic<int> handshaking{0}; // connections not admitted yet
 
   // Keys per (run id, key): a separator inside one string could be forged
   // by a run id containing it.
@@ -156,8 +170,18 @@ struct tcp_store_server::impl {
         if (out_of_resources(errno)) back_off();
         continue;
       }
+      if (handshaking.load() >= max_handshakes) {
+        ::close(fd);
+        if (worth_logging(++refused))
+          log().warn("TCP store at {}: turned a client away: {} connections "
+                     "are still in their handshake ({} refused so far)",
+                     wire::endpoint(host, port), max_handshakes,
+                     refused.load());
+        continue;
+      }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      ++handshaking;
       std::lock_guard<std::mutex> guard{conns_mtx};
       reap_finished();
       auto& c = conns.emplace_back();
@@ -175,6 +199,7 @@ struct tcp_store_server::impl {
                    wire::endpoint(host, port), ex.what());
         ::close(fd);
         conns.pop_back();
+        --handshaking;
       }
     }
   }
@@ -240,9 +265,10 @@ struct tcp_store_server::impl {
                    wire::clock::now() + handshake_limit, wake[0]);
     if (!reason.empty()) {
       if (stopping) return {};
-      ++refused;
-      log().warn("TCP store at {}: refused a client from {}: {}",
-                 wire::endpoint(host, port), who, reason);
+      if (auto n = ++refused; worth_logging(n))
+        log().warn("TCP store at {}: refused a client from {}: {} ({} "
+                   "refused so far)",
+                   wire::endpoint(host, port), who, reason, n);
       return {};
     }
     log().debug("TCP store at {}: a client from {} joined run '{}'",
@@ -253,6 +279,7 @@ struct tcp_store_server::impl {
   void serve(int fd) {
     auto who = peer_name(fd);
     auto run_id = admit(fd, who);
+    --handshaking;
     if (run_id.empty()) return;
     for (;;) {
       // Between requests a client may stay idle for as long as it likes.
