@@ -174,6 +174,104 @@ TEST_CASE("ops where one rank passes float32 and another int32 of the same "
   }
 }
 
+TEST_CASE("reductions whose ranks disagree on dtype or reduce op fail on "
+          "every rank - never a crash or mixed data reported as success") {
+  // Before (helper-63's fuzzing): the Gloo keys held the carrier type, not
+  // the caller's dtype, and int64 avg's first pass looked like an int64
+  // sum; the legacy algorithms' ready barrier held neither. int64 product
+  // against float32 sum at 317 elements ended the process (Gloo matched
+  // buffers of 2536 and 1268 bytes), int64 avg against sum returned the
+  // summing rank a wrong sum as success, float16 against float32 sum
+  // succeeded on both ranks.
+  struct disagreement {
+    const char* what;
+    col::dtype type0;
+    col::reduce_op op0;
+    col::dtype type1;
+    col::reduce_op op1;
+    size_t count;
+    col::op_kind kind;
+  };
+  using col::dtype;
+  using col::reduce_op;
+  for (auto d : {
+         disagreement{"int64 product against float32 sum", dtype::int64,
+                      reduce_op::product, dtype::float32, reduce_op::sum, 317,
+                      col::op_kind::allreduce},
+         disagreement{"uint8 bxor against int32 sum", dtype::uint8,
+                      reduce_op::bxor, dtype::int32, reduce_op::sum, 198,
+                      col::op_kind::allreduce},
+         disagreement{"int64 avg against int64 sum", dtype::int64,
+                      reduce_op::avg, dtype::int64, reduce_op::sum, 5,
+                      col::op_kind::allreduce},
+         disagreement{"int64 avg against int64 sum, options API", dtype::int64,
+                      reduce_op::avg, dtype::int64, reduce_op::sum, 70000,
+                      col::op_kind::allreduce},
+         disagreement{"float16 sum against float32 sum", dtype::float16,
+                      reduce_op::sum, dtype::float32, reduce_op::sum, 5,
+                      col::op_kind::allreduce},
+         disagreement{"float32 avg against float32 sum", dtype::float32,
+                      reduce_op::avg, dtype::float32, reduce_op::sum, 5,
+                      col::op_kind::allreduce},
+         disagreement{"int64 avg against int64 sum, reduce", dtype::int64,
+                      reduce_op::avg, dtype::int64, reduce_op::sum, 4,
+                      col::op_kind::reduce},
+         disagreement{"int64 avg against int64 sum, reduce_scatter",
+                      dtype::int64, reduce_op::avg, dtype::int64,
+                      reduce_op::sum, 4, col::op_kind::reduce_scatter},
+       }) {
+    INFO(d.what);
+    std::atomic<int> failed{0};
+    run_short(
+      2, "reduce-disagree",
+      [&](int rank, rank_log& log) {
+        auto type = rank == 0 ? d.type0 : d.type1;
+        auto op = rank == 0 ? d.op0 : d.op1;
+        auto in = test::make_tensor(type, d.count * 2);
+        auto out = test::make_tensor(type, d.count * 2);
+        try {
+          if (d.kind == col::op_kind::allreduce) {
+            col::allreduce_options opts;
+            opts.op = op;
+            col::allreduce(in.view().slice(0, d.count), "reduce-disagree",
+                           opts);
+          } else if (d.kind == col::op_kind::reduce) {
+            col::reduce_options opts;
+            opts.op = op;
+            col::reduce(in.view().slice(0, d.count), 0, "reduce-disagree",
+                        opts);
+          } else {
+            col::reduce_scatter_options opts;
+            opts.op = op;
+            col::reduce_scatter(in, out.view().slice(0, d.count),
+                                "reduce-disagree", opts);
+          }
+          // A rank whose peers' messages never match its own may not
+          // succeed: it would have reduced what nobody sent it. (A reduce's
+          // non-root only sends: it may be done before the root fails.)
+          if (d.kind != col::op_kind::reduce || rank == 0)
+            log.fail(std::string{"rank "} + std::to_string(rank) +
+                     " succeeded although its peer disagreed");
+        } catch (const col::collective_error& e) {
+          ++failed;
+          log.expect(e.code() == col::errc::timeout ||
+                       e.code() == col::errc::peer_lost,
+                     "unexpected error: " + std::string{e.what()});
+        }
+      },
+      500ms);
+    // A rooted reduce: the root fails; a non-root may have sent and gone.
+    CHECK(failed.load() >= (d.kind == col::op_kind::reduce ? 1 : 2));
+    // The name forms again and reduces right.
+    run_short(2, "reduce-disagree", [](int rank, rank_log& log) {
+      std::vector<float> x(8, float(rank + 1));
+      col::allreduce(col::view_of(x), "reduce-disagree");
+      log.expect(x[7] == 3.0f,
+                 "allreduce after re-forming gave " + std::to_string(x[7]));
+    });
+  }
+}
+
 TEST_CASE("an op one rank calls with no elements while its peer calls it "
           "with data fails on both ranks") {
   // Gloo returned success at once on the empty rank, and with a legacy

@@ -49,6 +49,7 @@ struct cached_allreduce {
   dtype carrier = dtype::float32;
   size_t count = 0;
   reduce_op op = reduce_op::sum;
+  uint64_t pass = 0; // the caller's call (gloo_backend::pass_of)
   std::unique_ptr<std::byte[]> buffer;
   std::unique_ptr<gloo::Algorithm> instance;
 };
@@ -185,11 +186,20 @@ class gloo_backend : public backend {
   /// `aborted`, naming the op and the abort's reason.
   caf::error aborted_error(op_kind op, const op_call& call);
 
+  /// What a reduction's messages carry besides carrier, count and the op
+  /// the carrier runs: the caller's dtype and reduce op, and which pass of
+  /// the op this is. The carrier alone hides disagreements (float16 and
+  /// float32 both travel as float32, int64 avg as two int64 sums), and
+  /// ranks that disagree must never pair their messages: that returned
+  /// mixed data as success, or Gloo ended the process on buffers of
+  /// different sizes.
+  static uint64_t pass_of(dtype caller, reduce_op op, uint64_t index);
+
   /// Reduces `in` into `out` (which holds `carrier` elements) in place,
-  /// with the algorithm options pick.
+  /// with the algorithm options pick; `pass` from pass_of.
   void allreduce_carrier(const op_call& call, void* data, dtype carrier,
                          size_t count, reduce_op op,
-                         allreduce_algorithm algorithm, uint64_t pass = 0);
+                         allreduce_algorithm algorithm, uint64_t pass);
 
   /// gloo::reduce of `count` carrier elements into `target` on `root`;
   /// `pass` tells apart the passes of one operation.
@@ -199,7 +209,8 @@ class gloo_backend : public backend {
 
   cached_allreduce& legacy_instance(const op_call& call,
                                     allreduce_algorithm algorithm,
-                                    dtype carrier, size_t count, reduce_op op);
+                                    dtype carrier, size_t count, reduce_op op,
+                                    uint64_t pass);
 
   void ring_reduce_scatter(const op_call& call, std::byte* work, std::byte* out,
                            dtype carrier, size_t block, reduce_op op,

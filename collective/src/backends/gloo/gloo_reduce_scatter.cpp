@@ -75,9 +75,9 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
                     reinterpret_cast<int64_t*>(r), total, world_size_);
       auto* inbox = scratch_recv_.reserve(2 * out.nbytes());
       ring_reduce_scatter(call, q, inbox, dtype::int64, block, reduce_op::sum,
-                          0);
+                          pass_of(in.type(), opts.op, 0));
       ring_reduce_scatter(call, r, inbox, dtype::int64, block, reduce_op::sum,
-                          1);
+                          pass_of(in.type(), opts.op, 1));
       auto mine = static_cast<size_t>(rank_) * out.nbytes();
       join_avg(reinterpret_cast<int64_t*>(q + mine),
                reinterpret_cast<int64_t*>(r + mine), out.data_as<int64_t>(),
@@ -93,7 +93,8 @@ caf::error gloo_backend::reduce_scatter(const op_call& call,
       convert(in.data(), in.type(), work, carrier, total);
     if (world_size_ > 1) {
       auto* inbox = scratch_recv_.reserve(2 * block * carrier_size);
-      ring_reduce_scatter(call, work, inbox, carrier, block, opts.op, 0);
+      ring_reduce_scatter(call, work, inbox, carrier, block, opts.op,
+                          pass_of(in.type(), opts.op, 0));
     }
     auto* mine = work + static_cast<size_t>(rank_) * block * carrier_size;
     if (opts.op == reduce_op::avg) divide(mine, carrier, block, world_size_);

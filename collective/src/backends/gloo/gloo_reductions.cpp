@@ -86,15 +86,19 @@ const char* legacy_name(allreduce_algorithm algorithm) {
 
 } // namespace
 
+uint64_t gloo_backend::pass_of(dtype caller, reduce_op op, uint64_t index) {
+  return agreement_key({uint64_t(caller), uint64_t(op), index});
+}
+
 cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
                                                 allreduce_algorithm algorithm,
                                                 dtype carrier, size_t count,
-                                                reduce_op op) {
+                                                reduce_op op, uint64_t pass) {
   auto key_op = op == reduce_op::avg ? reduce_op::sum : op;
   auto algo = static_cast<int>(algorithm);
   for (auto i = legacy_cache_.begin(); i != legacy_cache_.end(); ++i) {
     if (i->algorithm == algo && i->carrier == carrier && i->count == count &&
-        i->op == key_op) {
+        i->op == key_op && i->pass == pass) {
       legacy_cache_.splice(legacy_cache_.begin(), legacy_cache_, i);
       return legacy_cache_.front();
     }
@@ -104,16 +108,18 @@ cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
   // key-dependent distance first: ranks that disagree on the count then
   // use different slots and time out, instead of matching messages of
   // different sizes (which makes Gloo terminate the process).
-  context_->nextSlot(
-    static_cast<int>(agreement_key({uint64_t(algo), uint64_t(carrier), count,
-                                    uint64_t(key_op)}) %
-                     4096) +
-    1); // Gloo refuses a skip of 0
+  // (Different keys may still skip alike: the ready barrier below, tagged
+  // with the whole key, keeps such ranks apart.)
+  auto key = agreement_key(
+    {uint64_t(algo), uint64_t(carrier), count, uint64_t(key_op), pass});
+  context_->nextSlot(static_cast<int>(key % 4096) +
+                     1); // Gloo refuses a skip of 0
   cached_allreduce entry;
   entry.algorithm = algo;
   entry.carrier = carrier;
   entry.count = count;
   entry.op = key_op;
+  entry.pass = pass;
   entry.buffer.reset(new std::byte[count * size_of(carrier)]);
   entry.instance =
     visit_carrier(carrier, [&](auto tag) -> std::unique_ptr<gloo::Algorithm> {
@@ -128,11 +134,12 @@ cached_allreduce& gloo_backend::legacy_instance(const op_call& call,
   // reader until it does; if the rank is still waiting for a message behind
   // it on the same connection (a recv posted before this allreduce), both
   // wait forever. Nobody sends into the new slots before every rank has
-  // bound them.
+  // bound them. The barrier's tag holds the whole key: ranks that disagree
+  // (and whose skips happened to land on the same slots) never pass it,
+  // so they time out instead of exchanging messages of different sizes.
   gloo::BarrierOptions ready{context_};
-  ready.setTag(
-    tag_of(call.seq, agreement_key({uint64_t(op_kind::allreduce), 0x626f756eu,
-                                    uint64_t(algo), count})));
+  ready.setTag(tag_of(
+    call.seq, agreement_key({uint64_t(op_kind::allreduce), 0x626f756eu, key})));
   ready.setTimeout(call.timeout);
   gloo::barrier(ready);
   return legacy_cache_.front();
@@ -163,7 +170,7 @@ void gloo_backend::allreduce_carrier(const op_call& call, void* data,
   if (is_legacy(algorithm) && bytes > size_t{INT_MAX})
     algorithm = allreduce_algorithm::ring_options_api;
   if (is_legacy(algorithm)) {
-    auto& cached = legacy_instance(call, algorithm, carrier, count, op);
+    auto& cached = legacy_instance(call, algorithm, carrier, count, op, pass);
     std::memcpy(cached.buffer.get(), data, bytes);
     cached.instance->run();
     std::memcpy(data, cached.buffer.get(), bytes);
@@ -214,9 +221,9 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
       auto* r = reinterpret_cast<int64_t*>(scratch_.reserve(in.nbytes()));
       split_for_avg(in.data_as<int64_t>(), q, r, count, world_size_);
       allreduce_carrier(call, q, dtype::int64, count, reduce_op::sum,
-                        opts.algorithm, 0);
+                        opts.algorithm, pass_of(in.type(), opts.op, 0));
       allreduce_carrier(call, r, dtype::int64, count, reduce_op::sum,
-                        opts.algorithm, 1);
+                        opts.algorithm, pass_of(in.type(), opts.op, 1));
       join_avg(q, r, q, count, world_size_);
       return;
     }
@@ -230,7 +237,8 @@ caf::error gloo_backend::allreduce(const op_call& call, const tensor_view& in,
       convert(in.data(), in.type(), data, carrier, count);
     }
     if (world_size_ > 1)
-      allreduce_carrier(call, data, carrier, count, opts.op, opts.algorithm);
+      allreduce_carrier(call, data, carrier, count, opts.op, opts.algorithm,
+                        pass_of(in.type(), opts.op, 0));
     if (opts.op == reduce_op::avg) divide(data, carrier, count, world_size_);
     if (carrier != in.type())
       convert(data, carrier, out.data(), out.type(), count);
@@ -274,9 +282,9 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
       auto* r_sum = reinterpret_cast<int64_t*>(scratch_recv_.reserve(bytes));
       auto* q_sum = is_root ? out.data_as<int64_t>() : r_sum;
       reduce_carrier(call, q, q_sum, dtype::int64, count, reduce_op::sum,
-                     ropts.root, 0);
+                     ropts.root, pass_of(in.type(), ropts.op, 0));
       reduce_carrier(call, r, r_sum, dtype::int64, count, reduce_op::sum,
-                     ropts.root, 1);
+                     ropts.root, pass_of(in.type(), ropts.op, 1));
       if (is_root) join_avg(q_sum, r_sum, q_sum, count, world_size_);
       return;
     }
@@ -299,7 +307,7 @@ caf::error gloo_backend::reduce(const op_call& call, const tensor_view& in,
       std::memcpy(target, source, carrier_bytes);
     else
       reduce_carrier(call, source, target, carrier, count, ropts.op, ropts.root,
-                     0);
+                     pass_of(in.type(), ropts.op, 0));
     if (!is_root) return;
     if (ropts.op == reduce_op::avg) divide(target, carrier, count, world_size_);
     if (carrier != in.type())
