@@ -213,14 +213,15 @@ TEST_CASE("reductions whose ranks disagree on dtype or reduce op fail on "
          disagreement{"float32 avg against float32 sum", dtype::float32,
                       reduce_op::avg, dtype::float32, reduce_op::sum, 5,
                       col::op_kind::allreduce},
-         disagreement{"int64 avg against int64 sum, reduce", dtype::int64,
-                      reduce_op::avg, dtype::int64, reduce_op::sum, 4,
+         // The root sums: its one pass met the other rank's first.
+         disagreement{"int64 sum against int64 avg, reduce", dtype::int64,
+                      reduce_op::sum, dtype::int64, reduce_op::avg, 4,
                       col::op_kind::reduce},
          disagreement{"int64 avg against int64 sum, reduce_scatter",
                       dtype::int64, reduce_op::avg, dtype::int64,
                       reduce_op::sum, 4, col::op_kind::reduce_scatter},
        }) {
-    INFO(d.what);
+    INFO(std::string{d.what});
     std::atomic<int> failed{0};
     run_short(
       2, "reduce-disagree",
