@@ -150,6 +150,13 @@ error_context context_of(const member_group& g, op_kind op) {
   return error_context{g.m.group, op, -1, g.m.rank, g.m.world_size};
 }
 
+// The context of a waiting op: an object op names no one op kind.
+error_context context_of(const member_group& g, const inflight& op) {
+  auto where = context_of(g, op.plan.op);
+  if (op.job) where.op = -1;
+  return where;
+}
+
 // Drops the entries of ops their completions answered.
 void forget_answered(member_group& g) {
   std::erase_if(g.ops,
@@ -376,16 +383,14 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       if (g.state == "broken" || g.state == "failed" || !needs_driver) continue;
       auto why = "its driver is gone (" + render(dm.reason) + ")";
       g.state = "broken";
-      g.reason = make_error(errc::peer_lost,
-                            error_context::member(name, g.m.rank,
-                                                  g.m.world_size),
-                            why);
+      g.reason =
+        make_error(errc::peer_lost,
+                   error_context::member(name, g.m.rank, g.m.world_size), why);
       if (g.grp) group::abort_off_thread(g.grp, render(g.reason));
       // Each waiting op's error names that op, as its other failures do.
       for (auto& [key, op] : g.ops) {
-        auto where = context_of(g, op.plan.op);
-        if (op.job) where.op = -1; // an object op: no one op kind
-        op.fail(make_error(errc::peer_lost, where, why), self->context());
+        op.fail(make_error(errc::peer_lost, context_of(g, op), why),
+                self->context());
       }
       g.ops.clear();
     }
@@ -694,9 +699,7 @@ caf::behavior member_protocol(caf::event_based_actor* self, driver_actor driver,
       }
       auto op = j->second.job ? std::string{"object op"}
                               : std::string{to_string(j->second.plan.op)};
-      auto where = context_of(g, j->second.plan.op);
-      if (j->second.job) where.op = -1; // an object op: no one op kind
-      j->second.fail(make_error(errc::timeout, where,
+      j->second.fail(make_error(errc::timeout, context_of(g, j->second),
                                 "member-initiated " + op + " waited " +
                                   std::to_string(waited_ms) +
                                   " ms for the group to form, but the "

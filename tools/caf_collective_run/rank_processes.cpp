@@ -414,7 +414,7 @@ int supervise(std::vector<rank_process>& ranks,
           stop_all(as_is ? sig : SIGTERM);
         } else if (sig == SIGINT) {
           // A second Ctrl-C: do not wait for the grace period.
-          note(got + " again: SIGKILL to every rank");
+          note(got + " while stopping: SIGKILL to every rank");
           stop_all(SIGKILL);
         } else {
           // A repeated SIGTERM (Slurm signals the tasks and srun forwards

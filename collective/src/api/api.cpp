@@ -232,15 +232,13 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
     tbl.groups.emplace(cfg.name, nullptr);
     tbl.forming[cfg.name] = slot;
   }
-  // Until the reservation is taken back, the name and slot are this init's
-  // unless a destroy took them.
+  // Until the reservation is taken back, the name and its forming entry are
+  // this init's unless a destroy took them (and marked the slot).
   auto forget_reservation = [&] {
     std::lock_guard<std::mutex> guard{tbl.mtx};
-    if (auto f = tbl.forming.find(group_name);
-        f != tbl.forming.end() && f->second == slot) {
-      tbl.forming.erase(f);
-      tbl.groups.erase(tbl.groups.find(group_name));
-    }
+    if (slot->destroyed) return; // the destroy took the name already
+    tbl.forming.erase(tbl.forming.find(group_name));
+    tbl.groups.erase(tbl.groups.find(group_name));
   };
   work formed;
   caf::expected<group_ptr> made = group_ptr{};
@@ -276,12 +274,10 @@ void init_collective_group(int world_size, int rank, std::string_view backend,
   }
   auto err = formed.wait();
   std::lock_guard<std::mutex> guard{tbl.mtx};
-  auto f = tbl.forming.find(group_name);
-  // Gone: destroy_collective_group took the group (and its name) and
-  // aborted it while it formed.
-  bool destroyed = f == tbl.forming.end() || f->second != slot;
-  if (!destroyed) tbl.forming.erase(f);
-  if (destroyed) throw destroyed_error(err);
+  // destroy_collective_group took the group (and its name, and the slot's
+  // entry) and aborted it while it formed.
+  if (slot->destroyed) throw destroyed_error(err);
+  tbl.forming.erase(tbl.forming.find(group_name));
   auto i = tbl.groups.find(group_name);
   if (err) {
     tbl.groups.erase(i);

@@ -202,7 +202,7 @@ class gloo_backend : public backend {
                          allreduce_algorithm algorithm, uint64_t pass);
 
   /// gloo::reduce of `count` carrier elements into `target` on `root`;
-  /// `pass` tells apart the passes of one operation.
+  /// `pass` from pass_of.
   void reduce_carrier(const op_call& call, void* source, void* target,
                       dtype carrier, size_t count, reduce_op op, int root,
                       uint64_t pass);
